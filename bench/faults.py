@@ -1,0 +1,57 @@
+"""Fault injection for the failure-handling tests (a test-only switch; no CLI option).
+
+Set BENCH_INJECT_FAULT in the environment of `python -m bench.scaling` (every rank inherits
+it) to make chosen ranks fail after their warm-up steps:
+
+    BENCH_INJECT_FAULT=exit@1        rank 1 exits with status 3 (a crashed rank)
+    BENCH_INJECT_FAULT=hang@0        rank 0 sleeps forever (a hung run: exercises --timeout)
+    BENCH_INJECT_FAULT=oom@0         rank 0 raises torch.OutOfMemoryError (an OOM)
+    BENCH_INJECT_FAULT=exit@1,hang@0 several at once
+
+A fault only fires in runs where that rank exists (exit@1 leaves 1-rank runs alone).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Mapping
+
+ENV_VAR = "BENCH_INJECT_FAULT"
+KINDS = ("exit", "hang", "oom")
+EXIT_STATUS = 3
+
+
+def parse(value: str) -> dict[int, str]:
+    """ "exit@1,hang@0" -> {1: "exit", 0: "hang"}."""
+    faults: dict[int, str] = {}
+    for item in value.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        kind, _, rank = item.partition("@")
+        if kind not in KINDS or not rank.isdigit():
+            raise ValueError(f"{ENV_VAR}: expected KIND@RANK with KIND in {KINDS}, got {item!r}")
+        faults[int(rank)] = kind
+    return faults
+
+
+def fault_for(rank: int, environ: Mapping[str, str] = os.environ) -> str | None:
+    return parse(environ.get(ENV_VAR, "")).get(rank)
+
+
+def trigger(kind: str | None) -> None:
+    """Fail the way `kind` says; do nothing for None."""
+    if kind is None:
+        return
+    print(f"bench: injecting fault {kind!r} ({ENV_VAR})", file=sys.stderr, flush=True)
+    if kind == "exit":
+        os._exit(EXIT_STATUS)
+    if kind == "hang":
+        while True:
+            time.sleep(3600)
+    if kind == "oom":
+        import torch
+
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (injected)")

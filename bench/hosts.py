@@ -1,0 +1,238 @@
+"""Which hosts a run uses and how many ranks each one starts: parsing and node-count sweeps.
+
+A placement (bench.plan.Placement: a tuple of HostSlots) is the ordered hosts of one run with
+their slots (ranks, normally GPUs). The first host is where the rendezvous lives (torchrun's c10d
+endpoint, horovodrun itself). Hosts come from `--hosts node1:8,node2:8` or from a hostfile in
+the formats MPI and Horovod use:
+
+    # comments and blank lines are ignored
+    node1 slots=8          # Open MPI / horovodrun --hostfile
+    node2 slots=8 max_slots=8
+    node3:8                # horovodrun -H style
+    node4                  # slots default to the --gpus-per-node given, else 1
+
+IPv6 addresses go in brackets when a slot count follows: `[fd00::5]:8`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import socket
+from collections.abc import Sequence
+from pathlib import Path
+
+from bench.plan import LOCAL_HOST, HostSlots, Placement, default_rank_counts
+
+# Hostnames (RFC 1123 labels, underscores tolerated as many fleets use them) and IPv4/IPv6
+# addresses. Nothing here may reach a shell unquoted, but a strict check turns a typo such as
+# "node1;8" into a clear error instead of an ssh failure later.
+_HOSTNAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9_]([A-Za-z0-9_-]{0,62})(\.[A-Za-z0-9_-]{1,63})*$")
+_SLOTS_FIELD = re.compile(r"^(slots|max_slots|max-slots)=(\S*)$")
+
+
+class HostSpecError(ValueError):
+    """A host list or hostfile that cannot be understood."""
+
+
+def check_placement(placement: Sequence[HostSlots]) -> Placement:
+    """A usable placement: at least one host, each once, each with at least one slot."""
+    if not placement:
+        raise HostSpecError("a placement needs at least one host")
+    seen: set[str] = set()
+    for entry in placement:
+        validate_host_name(entry.host)
+        if entry.slots < 1:
+            raise HostSpecError(f"host {entry.host!r}: slots must be >= 1, got {entry.slots}")
+        if entry.host in seen:
+            raise HostSpecError(f"host {entry.host!r} is listed twice")
+        seen.add(entry.host)
+    return tuple(placement)
+
+
+def host_names(placement: Sequence[HostSlots]) -> list[str]:
+    return [h.host for h in placement]
+
+
+def is_uniform(placement: Sequence[HostSlots]) -> bool:
+    """Every node runs the same number of ranks (torchrun's --nproc-per-node is per node, but
+    one value keeps the row's gpus_per_node meaningful)."""
+    return len({h.slots for h in placement}) == 1
+
+
+def is_single_local(placement: Sequence[HostSlots]) -> bool:
+    """One host that is this machine: launched without ssh, as the single-node bench does."""
+    return len(placement) == 1 and is_local_host(placement[0].host)
+
+
+def validate_host_name(name: str) -> str:
+    if not name:
+        raise HostSpecError("empty host name")
+    try:
+        ipaddress.ip_address(name)
+        return name
+    except ValueError:
+        pass
+    if not _HOSTNAME.match(name):
+        raise HostSpecError(
+            f"invalid host name {name!r}: use a hostname or IP address "
+            "(letters, digits, '-', '_', '.'); the ssh user goes in --ssh-user, not user@host"
+        )
+    return name
+
+
+def _parse_slots(text: str, where: str) -> int:
+    try:
+        slots = int(text)
+    except ValueError:
+        raise HostSpecError(f"{where}: slot count {text!r} is not an integer") from None
+    if slots < 1:
+        raise HostSpecError(f"{where}: slot count must be >= 1, got {slots}")
+    return slots
+
+
+def _split_token(token: str, where: str) -> tuple[str, str | None]:
+    """`name`, `name:N`, `[v6addr]` or `[v6addr]:N` -> (name, slot text or None)."""
+    if token.startswith("["):
+        close = token.find("]")
+        if close < 0:
+            raise HostSpecError(f"{where}: unclosed '[' in {token!r}")
+        name, rest = token[1:close], token[close + 1 :]
+        if rest and not rest.startswith(":"):
+            raise HostSpecError(f"{where}: expected ':SLOTS' after ']' in {token!r}")
+        return name, (rest[1:] if rest else None)
+    if token.count(":") == 1:
+        name, slots_text = token.split(":")
+        return name, slots_text
+    # A bare name, or a bare IPv6 address (which cannot carry a slot count without brackets).
+    return token, None
+
+
+def parse_host_token(token: str, default_slots: int | None = None, where: str = "") -> HostSlots:
+    """One `name`, `name:N`, `[v6addr]` or `[v6addr]:N`; slots default to default_slots or 1."""
+    token = token.strip()
+    where = where or repr(token)
+    name, slots_text = _split_token(token, where)
+    if slots_text is None:
+        slots = default_slots if default_slots is not None else 1
+    else:
+        slots = _parse_slots(slots_text, where)
+    try:
+        return HostSlots(validate_host_name(name), slots)
+    except HostSpecError as err:
+        raise HostSpecError(f"{where}: {err}") from None
+
+
+def parse_hosts(text: str, default_slots: int | None = None) -> Placement:
+    """`--hosts node1:8,node2:8` (also accepts whitespace between entries)."""
+    tokens = [t for t in re.split(r"[,\s]+", text.strip()) if t]
+    if not tokens:
+        raise HostSpecError("--hosts is empty")
+    return check_placement(
+        [parse_host_token(t, default_slots, where=f"--hosts entry {t!r}") for t in tokens]
+    )
+
+
+def parse_hostfile_text(
+    text: str, default_slots: int | None = None, source: str = "hostfile"
+) -> Placement:
+    """Hostfile lines `host slots=N [max_slots=M]`, `host:N` or `host`; `#` starts a comment."""
+    hosts: list[HostSlots] = []
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        where = f"{source}:{number}"
+        first, *fields = line.split()
+        slots: int | None = None
+        for field in fields:
+            match = _SLOTS_FIELD.match(field)
+            if not match:
+                raise HostSpecError(
+                    f"{where}: unexpected {field!r}; expected 'host slots=N' or 'host:N'"
+                )
+            if match.group(1) == "slots":
+                slots = _parse_slots(match.group(2), where)
+            # max_slots only caps oversubscription in MPI; the bench never oversubscribes.
+        if slots is not None and _split_token(first, where)[1] is not None:
+            raise HostSpecError(f"{where}: give the slot count once ('host:N' or 'slots=N')")
+        host = parse_host_token(first, default_slots if slots is None else slots, where=where)
+        hosts.append(host)
+    if not hosts:
+        raise HostSpecError(f"{source}: no hosts listed")
+    return check_placement(hosts)
+
+
+def parse_hostfile(path: str | Path, default_slots: int | None = None) -> Placement:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise HostSpecError(f"cannot read hostfile {path}: {err.strerror}") from None
+    return parse_hostfile_text(text, default_slots, source=str(path))
+
+
+def plan_node_sweep(
+    placement: Sequence[HostSlots],
+    node_counts: Sequence[int] | None = None,
+    gpus_per_node: Sequence[int] | None = None,
+) -> list[Placement]:
+    """Placements for a sweep over node counts x ranks per node: 1 node at 1, 2, ... ranks per
+    node, then 2 nodes, and so on.
+
+    Node count k takes the first k hosts, so every run includes the rendezvous host. Defaults:
+    node counts 1, 2, 4, ... up to all hosts; ranks per node 1, 2, 4, ... up to what every host
+    has. A count the hosts cannot supply is an error, not silently dropped.
+    """
+    placement = check_placement(placement)
+    smallest = min(h.slots for h in placement)
+    nodes_list = sorted(set(node_counts)) if node_counts else default_rank_counts(len(placement))
+    gpus_list = sorted(set(gpus_per_node)) if gpus_per_node else default_rank_counts(smallest)
+    for k in nodes_list:
+        if not 1 <= k <= len(placement):
+            raise HostSpecError(f"node count {k} is outside 1..{len(placement)} (hosts given)")
+    plans: list[Placement] = []
+    for k in nodes_list:
+        chosen = placement[:k]
+        for g in gpus_list:
+            short = [str(h) for h in chosen if h.slots < g]
+            if g < 1:
+                raise HostSpecError(f"ranks per node must be >= 1, got {g}")
+            if short:
+                raise HostSpecError(
+                    f"{g} ranks per node requested but these hosts have fewer slots: "
+                    + ", ".join(short)
+                )
+            plans.append(tuple(HostSlots(h.host, g) for h in chosen))
+    return plans
+
+
+def local_names() -> set[str]:
+    """Names and addresses by which this machine refers to itself."""
+    names = {LOCAL_HOST, "127.0.0.1", "::1", "localhost.localdomain"}
+    for name in (socket.gethostname(), socket.getfqdn()):
+        if name:
+            names.add(name)
+            names.add(name.split(".", 1)[0])
+    names.update(local_addresses())
+    return names
+
+
+def local_addresses() -> set[str]:
+    """IPv4 addresses of this machine's interfaces (from /proc/net/fib_trie's local entries)."""
+    addresses: set[str] = set()
+    try:
+        lines = Path("/proc/net/fib_trie").read_text().splitlines()
+    except OSError:
+        return addresses
+    previous = ""
+    for line in lines:
+        stripped = line.strip()
+        if stripped.startswith("/32 host LOCAL") and previous.startswith("|-- "):
+            addresses.add(previous[4:].strip())
+        previous = stripped
+    return addresses
+
+
+def is_local_host(name: str) -> bool:
+    return name in local_names()

@@ -1,0 +1,176 @@
+"""The result schema, declared once.
+
+`RunRow` is one run (one launch of one configuration and repeat); `ProbeRow` is one allreduce
+probe. Writing (Parquet, CSV, JSON), reading, statistics and plotting all take their columns and
+types from these dataclasses: add a field here and every output gains the column.
+
+Measurements are `None` (null/NaN in files) when a run did not produce them. A crashed run is
+never a row of zeros.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, TypeVar
+
+import pandas as pd
+import pyarrow as pa
+
+
+class Status(str, Enum):
+    OK = "ok"
+    FAILED = "failed"  # a rank exited non-zero or the result never arrived
+    OOM = "oom"  # out of (GPU) memory
+    TIMEOUT = "timeout"  # killed after --timeout seconds
+    INTERRUPTED = "interrupted"  # the sweep was interrupted (Ctrl-C) during this run
+    UNAVAILABLE = "unavailable"  # not launched: the launcher cannot run here (e.g. no Horovod)
+
+
+@dataclass(frozen=True)
+class RunRow:
+    # identity
+    sweep_id: str
+    run_id: str
+    repeat: int
+    launcher: str
+    variant: str
+    status: str
+    error: str
+    started_at: str
+    launch_wall_s: float | None
+    # placement
+    nodes: int
+    gpus_per_node: int
+    gpus: int
+    hosts: str
+    device: str
+    device_name: str
+    backend: str
+    interconnect: str
+    # workload and every knob
+    model: str
+    scaling: str
+    batch_per_gpu: int
+    global_batch: int
+    image_size: int
+    precision: str
+    channels_last: bool
+    compile: bool
+    bucket_cap_mb: float
+    static_graph: bool
+    gradient_as_bucket_view: bool
+    broadcast_buffers: bool
+    fp16_allreduce: bool
+    data: str
+    loader_workers: int
+    threads_per_rank: int
+    warmup_steps: int
+    timed_steps: int
+    # measurements (timed window only; warm-up excluded)
+    images: int | None = None
+    window_s: float | None = None  # slowest rank's timed window
+    throughput: float | None = None  # images / window_s, img/s over all ranks
+    throughput_per_gpu: float | None = None
+    step_time_median_s: float | None = None  # per step, the slowest rank's time
+    step_time_p90_s: float | None = None
+    rank_imbalance: float | None = None  # slowest / fastest rank window - 1
+    data_wait_s: float | None = None  # worst rank's time blocked waiting for input batches
+    data_wait_fraction: float | None = None
+    peak_memory_gb: float | None = None
+    gradient_mb: float | None = None
+    # GPU telemetry during the timed window (pynvml; empty on CPU)
+    sm_clock_mhz_mean: float | None = None
+    sm_clock_mhz_min: float | None = None
+    power_w_mean: float | None = None
+    power_w_max: float | None = None
+    temperature_c_max: float | None = None
+    throttle_reasons: str = ""
+
+
+@dataclass(frozen=True)
+class ProbeRow:
+    sweep_id: str
+    probe_id: str
+    status: str
+    error: str
+    started_at: str
+    gpus: int
+    nodes: int
+    gpus_per_node: int
+    hosts: str
+    device: str
+    backend: str
+    interconnect: str
+    nbytes: int
+    iterations: int
+    time_s: float | None = None  # median time of one allreduce
+    algbw_gbps: float | None = None  # GB/s = nbytes / time
+    busbw_gbps: float | None = None  # algbw * 2(n-1)/n, as nccl-tests defines it
+
+
+Row = TypeVar("Row", RunRow, ProbeRow)
+
+_ARROW = {str: pa.string(), int: pa.int64(), float: pa.float64(), bool: pa.bool_()}
+_PANDAS = {str: "string", int: "Int64", float: "float64", bool: "boolean"}
+
+
+def _base_type(annotation: Any) -> type:
+    """`int | None` -> int: the storage type of a column, nullable or not."""
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return args[0]
+    return annotation
+
+
+def column_types(cls: type[Row]) -> dict[str, type]:
+    hints = typing.get_type_hints(cls)
+    return {f.name: _base_type(hints[f.name]) for f in dataclasses.fields(cls)}
+
+
+def columns(cls: type[Row]) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls))
+
+
+def arrow_schema(cls: type[Row]) -> pa.Schema:
+    return pa.schema([(name, _ARROW[t]) for name, t in column_types(cls).items()])
+
+
+def to_frame(rows: list[Row], cls: type[Row]) -> pd.DataFrame:
+    records = [dataclasses.asdict(r) for r in rows]
+    frame = pd.DataFrame.from_records(records, columns=list(columns(cls)))
+    return frame.astype({name: _PANDAS[t] for name, t in column_types(cls).items()})
+
+
+def _cell(value: Any, kind: type) -> Any:
+    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+        return "" if kind is str else None
+    return kind(value)
+
+
+def from_frame(frame: pd.DataFrame, cls: type[Row]) -> list[Row]:
+    kinds = column_types(cls)
+    rows = []
+    for record in frame.to_dict(orient="records"):
+        rows.append(cls(**{name: _cell(record.get(name), kind) for name, kind in kinds.items()}))
+    return rows
+
+
+def to_table(rows: list[Row], cls: type[Row]) -> pa.Table:
+    return pa.Table.from_pandas(to_frame(rows, cls), schema=arrow_schema(cls), preserve_index=False)
+
+
+def to_json_records(rows: list[Row]) -> list[dict[str, Any]]:
+    """JSON-safe dicts: NaN is not JSON, so missing measurements become null."""
+    out = []
+    for row in rows:
+        record = dataclasses.asdict(row)
+        for key, value in record.items():
+            if isinstance(value, float) and math.isnan(value):
+                record[key] = None
+        out.append(record)
+    return out

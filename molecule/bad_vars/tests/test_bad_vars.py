@@ -1,0 +1,261 @@
+"""Bad variables for every role, each rejected by site.yml before anything changes on the host.
+
+site.yml runs once against the scenario's container through one inventory alias per case (all
+aliases are the same container), so every case goes through the real entry point and its
+preflight, in one ansible-playbook run. Each alias must fail with a message naming the variable;
+the container's apt state, package database and the files the roles write must be unchanged.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+PROJECT = Path(__file__).resolve().parents[3]
+INSTANCE = "debian12-bad_vars"
+
+# id -> (variables set on the alias, variable the message must name, fragment it must contain)
+CASES: dict[str, tuple[dict, str, str]] = {
+    # gpu_prereqs
+    "require_gpu not a boolean": (
+        {"gpu_prereqs_require_gpu": "sometimes"},
+        "gpu_prereqs_require_gpu",
+        "bool",
+    ),
+    "extra package not a package name": (
+        {"gpu_prereqs_extra_packages": ["build essential"]},
+        "gpu_prereqs_extra_packages",
+        "build essential",
+    ),
+    "apt cache valid time negative": (
+        {"gpu_prereqs_apt_cache_valid_time": -60},
+        "gpu_prereqs_apt_cache_valid_time",
+        "-60",
+    ),
+    # nvidia_repo
+    "repo over http without opt-in": (
+        {"nvidia_repo_allow_http": False},
+        "nvidia_repo_base_url",
+        "nvidia_repo_allow_http",
+    ),
+    "repo URL not http(s)": (
+        {"nvidia_repo_base_url": "ftp://mirror.example/cuda/repos"},
+        "nvidia_repo_base_url",
+        "ftp://",
+    ),
+    "key fingerprint is a short id": (
+        {"nvidia_repo_key_fingerprint": "3BF863CC"},
+        "nvidia_repo_key_fingerprint",
+        "3BF863CC",
+    ),
+    "proxy without scheme": (
+        {"nvidia_repo_https_proxy": "proxy.example:3128"},
+        "nvidia_repo_https_proxy",
+        "proxy.example:3128",
+    ),
+    # nvidia_driver
+    "driver branch two digits": (
+        {"nvidia_driver_branch": "53"},
+        "nvidia_driver_branch",
+        '"53"',
+    ),
+    "driver branch with an r prefix": (
+        {"nvidia_driver_branch": "r535"},
+        "nvidia_driver_branch",
+        "r535",
+    ),
+    "unknown driver source": (
+        {"nvidia_driver_source": "canonical"},
+        "nvidia_driver_source",
+        "canonical",
+    ),
+    "open modules with distro packages": (
+        {"nvidia_driver_source": "distro", "nvidia_driver_open_kernel_modules": True},
+        "nvidia_driver_open_kernel_modules",
+        "nvidia_driver_source",
+    ),
+    "unknown reboot mode": (
+        {"nvidia_driver_reboot": "sometimes"},
+        "nvidia_driver_reboot",
+        "sometimes",
+    ),
+    "reboot timeout zero": (
+        {"nvidia_driver_reboot_timeout": 0},
+        "nvidia_driver_reboot_timeout",
+        "60",
+    ),
+    "driver version of another branch": (
+        {"nvidia_driver_version": "550.127.08"},
+        "nvidia_driver_version",
+        "550.127.08",
+    ),
+    # cuda_toolkit
+    "CUDA version unquoted (float)": (
+        {"cuda_toolkit_version": 12.2},
+        "cuda_toolkit_version",
+        "float",
+    ),
+    "CUDA 12.4 on driver branch 535": (
+        {"cuda_toolkit_version": "12.4"},
+        "cuda_toolkit_version",
+        "needs driver branch 550",
+    ),
+    "CUDA 11": (
+        {"cuda_toolkit_version": "11.8"},
+        "cuda_toolkit_version",
+        "11.8",
+    ),
+    "toolkit package version of another minor": (
+        {"cuda_toolkit_package_version": "12.4.1-1"},
+        "cuda_toolkit_package_version",
+        "12.4.1-1",
+    ),
+    # cudnn
+    "cuDNN archive without checksum": (
+        {
+            "cudnn_source": "archive",
+            "cudnn_archive_path": "/srv/cudnn-linux-x86_64-8.9.7.29_cuda12-archive.tar.xz",
+        },
+        "cudnn_archive_sha256",
+        'got ""',
+    ),
+    "cuDNN 8.8 (no CUDA 12 build)": (
+        {"cudnn_version": "8.8.1.3"},
+        "cudnn_version",
+        "8.8.1.3",
+    ),
+    "unknown cuDNN source": (
+        {"cudnn_source": "tarball"},
+        "cudnn_source",
+        "tarball",
+    ),
+    "archive path with the repo source": (
+        {"cudnn_archive_path": "/srv/cudnn.tar.xz"},
+        "cudnn_archive_path",
+        "cudnn_source",
+    ),
+    # nccl
+    "NCCL version with the CUDA suffix": (
+        {"nccl_version": "2.18.5-1+cuda12.2"},
+        "nccl_version",
+        "2.18.5-1+cuda12.2",
+    ),
+    "NCCL CUDA minor as a number": (
+        {"nccl_cuda_version": 12},
+        "nccl_cuda_version",
+        "12",
+    ),
+    # conda
+    "conda installer checksum too short": (
+        {"conda_installer_sha256": "abc123"},
+        "conda_installer_sha256",
+        "abc123",
+    ),
+    "conda prefix relative": (
+        {"conda_prefix": "opt/miniforge3"},
+        "conda_prefix",
+        "absolute",
+    ),
+    # python_env
+    "unknown python_env provider": (
+        {"python_env_provider": "pip"},
+        "python_env_provider",
+        "pip",
+    ),
+    # horovod
+    "unknown horovod operations": (
+        {"horovod_gpu_operations": "mpi"},
+        "horovod_gpu_operations",
+        "mpi",
+    ),
+    "horovod check_build not a boolean": (
+        {"horovod_check_build": "perhaps"},
+        "horovod_check_build",
+        "bool",
+    ),
+}
+
+
+def alias(case: str) -> str:
+    return "bad-" + re.sub(r"[^a-z0-9]+", "-", case.lower()).strip("-")
+
+
+def write_inventory(path: Path, cases: dict[str, dict]) -> Path:
+    """One host per case, all of them the scenario's container, in group gpu_nodes."""
+    hosts = {
+        alias(case): {
+            "ansible_connection": "community.docker.docker",
+            "ansible_host": INSTANCE,
+            **variables,
+        }
+        for case, variables in cases.items()
+    }
+    inventory = {"gpu_nodes": {"children": {"cases": {"hosts": hosts}}}}
+    path.write_text(yaml.safe_dump(inventory, sort_keys=False))
+    return path
+
+
+@pytest.fixture(scope="module")
+def instance(host):
+    if host.backend.get_hostname() != INSTANCE:
+        pytest.skip("single-instance scenario")
+    return host
+
+
+@pytest.fixture(scope="module")
+def site_run(instance, playbook, host_snapshot, tmp_path_factory):
+    """site.yml with every bad case at once, and the container's state around it."""
+    inventory = write_inventory(
+        tmp_path_factory.mktemp("bad_vars") / "cases.yml",
+        {case: variables for case, (variables, _, _) in CASES.items()},
+    )
+    before = host_snapshot(instance)
+    run = playbook(PROJECT / "site.yml", inventories=[inventory], limit="cases")
+    after = host_snapshot(instance)
+    return run, before, after
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_rejected_naming_the_variable(site_run, case):
+    run, _, _ = site_run
+    _, variable, fragment = CASES[case]
+    message = run.failures.get(alias(case))
+    assert message is not None, f"{case}: site.yml did not fail ({run.stderr[-2000:]})"
+    assert variable in message
+    assert fragment in message
+
+
+def test_nothing_changed_on_the_host(site_run):
+    run, before, after = site_run
+    assert run.rc != 0
+    assert {host: stats["changed"] for host, stats in run.stats.items()} == {
+        alias(case): 0 for case in CASES
+    }
+    assert after == before
+
+
+def test_good_variables_pass_the_preflight(instance, playbook, tmp_path):
+    # The same aliasing with valid variables: preflight (--tags preflight) passes, so the cases
+    # above fail because of their bad value, not because of how they are run.
+    inventory = write_inventory(tmp_path / "good.yml", {"good": {}})
+    run = playbook(
+        PROJECT / "site.yml", inventories=[inventory], limit="cases", args=["--tags", "preflight"]
+    )
+    assert run.rc == 0, run.failures or run.stderr[-2000:]
+    assert run.stats[alias("good")]["failures"] == 0
+    assert run.stats[alias("good")]["changed"] == 0
+
+
+def test_cases_cover_every_role():
+    # package_hold is called by the other roles with values they compute, never by users.
+    roles = {
+        p.name
+        for p in (PROJECT / "roles").iterdir()
+        if (p / "meta/argument_specs.yml").exists() and p.name != "package_hold"
+    }
+    named = {variable for _, variable, _ in CASES.values()}
+    uncovered = {role for role in roles if not any(v.startswith(role + "_") for v in named)}
+    assert uncovered == set(), f"no bad-variable case for {sorted(uncovered)}"

@@ -1,0 +1,124 @@
+"""Helpers shared by the molecule scenarios' testinfra tests.
+
+Some behaviours are refusals: a role must stop, with a message naming the variable, before it
+changes the host. Those tests run ansible-playbook themselves against the scenario's instance
+(molecule's inventory and configuration, taken from the environment molecule gives its
+verifier) and read the per-host results from the json callback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class PlaybookRun:
+    rc: int
+    stdout: str
+    stderr: str
+    # host -> message of the first failed task on that host
+    failures: dict[str, str]
+    # host -> recap counters (ok, changed, failures, ...)
+    stats: dict[str, dict[str, int]]
+
+
+def _failures(report: dict) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for play in report.get("plays", []):
+        for task in play.get("tasks", []):
+            for host, result in task.get("hosts", {}).items():
+                if host in found:
+                    continue
+                failed = [result] if result.get("failed") else []
+                failed += [r for r in result.get("results", []) if r.get("failed")]
+                if failed:
+                    found[host] = str(failed[0].get("msg", failed[0]))
+    return found
+
+
+def run_playbook(
+    playbook: str | Path,
+    *,
+    limit: str | None = None,
+    extra_vars: dict | None = None,
+    inventories: list[str | Path] = (),
+    args: list[str] = (),
+    timeout: int = 600,
+) -> PlaybookRun:
+    """Run ansible-playbook against the scenario's instances; never raises on a failed play."""
+    ephemeral = os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]
+    cmd = [str(Path(sys.executable).with_name("ansible-playbook"))]
+    cmd += ["-i", str(Path(ephemeral) / "inventory")]
+    for inventory in inventories:
+        cmd += ["-i", str(inventory)]
+    if limit:
+        cmd += ["--limit", limit]
+    if extra_vars:
+        cmd += ["--extra-vars", json.dumps(extra_vars)]
+    cmd += [*args, str(playbook)]
+    env = dict(os.environ)
+    env.update(
+        {
+            "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json",
+            "ANSIBLE_ROLES_PATH": str(PROJECT_DIR / "roles"),
+            "ANSIBLE_RETRY_FILES_ENABLED": "0",
+        }
+    )
+    proc = subprocess.run(
+        cmd, env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
+    try:
+        report = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        report = {}
+    return PlaybookRun(
+        rc=proc.returncode,
+        stdout=proc.stdout,
+        stderr=proc.stderr,
+        failures=_failures(report),
+        stats=report.get("stats", {}),
+    )
+
+
+# What "nothing changed on the host" compares: apt's configuration and state, the environment and
+# linker files the roles write, and the directories they install into.
+SNAPSHOT_COMMAND = r"""
+set -e
+find /etc/apt /etc/profile.d /etc/ld.so.conf.d /etc/modprobe.d /etc/alternatives \
+     /usr/local /opt /var/lib/gpustack -xdev \( -type f -o -type l \) 2>/dev/null \
+  | sort | while read -r f; do
+      if [ -L "$f" ]; then echo "L $f -> $(readlink "$f")"; else echo "F $f $(sha256sum < "$f")"; fi
+    done
+dpkg-query --show --showformat='${Package} ${Version} ${db:Status-Abbrev}\n' | sort
+"""
+
+
+def snapshot(host) -> list[str]:
+    """The host's package and configuration state, line by line, for before/after comparisons."""
+    return host.check_output(SNAPSHOT_COMMAND).splitlines()
+
+
+@pytest.fixture(scope="session")
+def playbook():
+    """run_playbook, for tests that need to watch a role refuse something."""
+    return run_playbook
+
+
+@pytest.fixture(scope="session")
+def scenario_dir() -> Path:
+    return Path(os.environ["MOLECULE_SCENARIO_DIRECTORY"])
+
+
+@pytest.fixture(scope="session")
+def host_snapshot():
+    """snapshot(host): the state a refused run must leave exactly as it was."""
+    return snapshot

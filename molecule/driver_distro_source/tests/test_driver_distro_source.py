@@ -1,0 +1,55 @@
+"""nvidia_driver_source: distro, with DKMS modules and with Canonical's signed modules."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "nvidia_driver" / "tests"))
+import driver_state as ds
+
+VERSION = "535.183.01"
+SIGNED_ONLY = ["nvidia-headless-no-dkms-535-server", "nvidia-utils-535-server"]
+DKMS_ONLY = ["nvidia-headless-535-server", "nvidia-dkms-535-server"]
+
+
+def signed(host):
+    return host.backend.get_hostname().endswith("signed")
+
+
+def test_server_packages_installed(host):
+    status = ds.dpkg_status(host)
+    expected = ds.DRIVER_PACKAGES[("ubuntu", "distro")]
+    if signed(host):
+        expected = [name for name in expected if name not in DKMS_ONLY]
+        assert all(name not in status or status[name][1][1] != "i" for name in DKMS_ONLY)
+        assert status["linux-modules-nvidia-535-server-generic"][1][1] == "i"
+    for name in expected + SIGNED_ONLY:
+        assert status[name][1][1] == "i", name
+        assert ds.upstream(status[name][0]) == VERSION
+
+
+def test_nothing_from_nvidias_repo(host):
+    # The distro source needs no NVIDIA repository and installs none of its packages.
+    assert not host.file("/etc/apt/sources.list.d/nvidia-cuda.sources").exists
+    status = ds.dpkg_status(host)
+    assert "cuda-drivers-535" not in status
+    assert "nvidia-driver-535" not in status
+
+
+def test_held_and_blacklisted(host):
+    driver = ds.assert_driver_held(host, VERSION)
+    if signed(host):
+        held = ds.selections(host)
+        assert held["linux-modules-nvidia-535-server-generic"] == "hold"
+    assert "libnvidia-compute-535-server" in driver
+
+
+def test_persistenced_enabled_and_running(host):
+    ds.assert_persistenced_running(host)
+
+
+def test_fabricmanager_skipped_without_nvswitch(host):
+    ds.assert_fabricmanager_absent(host)
+
+
+def test_pending_reboot_recorded(host):
+    ds.assert_reboot_pending(host, "distro")

@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# The full test suite, exactly what CI runs (.ci/run calls this script):
+#   1. setup      scripts/bootstrap.sh (.venv with the toolchain, Horovod built by the horovod role)
+#   2. lint       yamllint, ansible-lint (production profile), ruff check + ruff format --check
+#   3. infra      dockerd (started only if not running, stopped again if we started it), base images
+#                 (debootstrap, cached), collections (from PyPI's `ansible`), the local wheelhouse,
+#                 the signed stand-in of NVIDIA's apt repo (fresh throwaway key) served on docker0
+#   4. pytest     the bench's unit and integration tests (real torchrun/horovodrun, netns hosts, Slurm)
+#   5. molecule   every scenario under molecule/: create, converge, idempotence, verify, destroy
+# Every step runs even when an earlier one failed (except setup/infra, which the rest need); the
+# script prints a summary and exits non-zero if anything failed.
+#
+# Usage: scripts/test.sh [PART...]   PART: lint | pytest | molecule | molecule:<scenario>
+#        (default: all). Logs: .work/logs/<step>.log
+set -uo pipefail
+cd "$(dirname "$0")/.."
+repo=$PWD
+export GPUSTACK_CACHE=${GPUSTACK_CACHE:-$HOME/.cache/gpustack}
+export GPUSTACK_STATE_DIR=${GPUSTACK_STATE_DIR:-/tmp/gpustack-test}
+export ANSIBLE_COLLECTIONS_PATH=$repo/.cache/collections
+export PATH=$repo/.venv/bin:$PATH
+export PY_COLORS=0 ANSIBLE_NOCOLOR=1 PYTHONUNBUFFERED=1
+logs=$repo/.work/logs
+mkdir -p "$logs"
+suite_start=$(date +%s)
+declare -a summary=()
+failed=0
+passed=0
+
+parts=("$@")
+[ ${#parts[@]} -gt 0 ] || parts=(lint pytest molecule)
+wants() { local p; for p in "${parts[@]}"; do [[ $p == "$1" || $p == "$1":* ]] && return 0; done; return 1; }
+
+# step NAME CMD...: run CMD, tee its output to .work/logs/NAME.log, record pass/fail and seconds.
+step() {
+  local name=$1 t0 rc
+  shift
+  t0=$(date +%s)
+  printf '\n==== %s ====\n' "$name"
+  "$@" 2>&1 | tee "$logs/$name.log"
+  rc=${PIPESTATUS[0]}
+  local secs=$(( $(date +%s) - t0 ))
+  if [ "$rc" = 0 ]; then
+    passed=$((passed + 1)); summary+=("PASS  ${secs}s  $name")
+  else
+    failed=$((failed + 1)); summary+=("FAIL  ${secs}s  $name (rc=$rc, log: .work/logs/$name.log)")
+  fi
+  return "$rc"
+}
+
+print_summary() {
+  printf '\n==== summary (%ss) ====\n' "$(( $(date +%s) - suite_start ))"
+  printf '%s\n' "${summary[@]}"
+  echo "suite: $passed passed, $failed failed"
+}
+
+cleanup() {
+  tests/infra/serve.sh stop >/dev/null 2>&1
+  tests/infra/docker.sh stop
+}
+
+step setup scripts/bootstrap.sh || { print_summary; exit 1; }
+
+if wants lint; then
+  step yamllint yamllint --strict .
+  step ansible-lint ansible-lint
+  step ruff ruff check .
+  step ruff-format ruff format --check .
+fi
+
+infra() {
+  tests/infra/docker.sh start &&
+    tests/infra/collections.sh &&
+    tests/infra/images.sh &&
+    tests/infra/wheelhouse.sh &&
+    python tests/infra/standin_repo.py --manifest tests/standin/packages.yml --work .work --new-key &&
+    tests/infra/serve.sh start
+}
+
+if wants pytest || wants molecule; then
+  trap cleanup EXIT
+  step infra infra || { print_summary; exit 1; }
+  STANDIN_URL=$(tests/infra/serve.sh url)
+  export STANDIN_URL
+  export "$(cat .work/standin.env)"
+fi
+
+if wants pytest; then
+  # pytest exits 5 when it collected nothing: that is a failure of the suite, not a pass.
+  step pytest python -m pytest -q -rfE --durations=15 tests/unit tests/integration
+fi
+
+# molecule_scenario NAME: one scenario, output to its log only (scenarios run side by side).
+molecule_scenario() {
+  local s=$1 t0 rc
+  t0=$(date +%s)
+  molecule test -s "$s" >"$logs/molecule-$s.log" 2>&1
+  rc=$?
+  echo "$rc $(( $(date +%s) - t0 ))" >"$logs/molecule-$s.rc"
+}
+
+if wants molecule; then
+  scenarios=()
+  for p in "${parts[@]}"; do [[ $p == molecule:* ]] && scenarios+=("${p#molecule:}"); done
+  if [ ${#scenarios[@]} -eq 0 ]; then
+    # Longest first (they build Horovod in containers), so the pool drains evenly.
+    for s in python_env horovod; do [ -f "molecule/$s/molecule.yml" ] && scenarios+=("$s"); done
+    for d in molecule/*/molecule.yml; do
+      s=$(basename "$(dirname "$d")")
+      [[ " ${scenarios[*]} " == *" $s "* ]] || scenarios+=("$s")
+    done
+  fi
+  # Scenarios are independent (own containers, names and ephemeral dirs); most of their time is
+  # apt and Ansible round trips, so two at a time use a 2-core machine well.
+  jobs_max=${GPUSTACK_MOLECULE_JOBS:-2}
+  printf '\n==== molecule: %s scenarios, %s at a time ====\n' "${#scenarios[@]}" "$jobs_max"
+  for s in "${scenarios[@]}"; do
+    while [ "$(jobs -rp | wc -l)" -ge "$jobs_max" ]; do wait -n; done
+    echo "molecule: starting $s"
+    molecule_scenario "$s" &
+  done
+  wait
+  for s in "${scenarios[@]}"; do
+    read -r rc secs <"$logs/molecule-$s.rc" || { rc=1; secs=0; }
+    if [ "$rc" = 0 ]; then
+      passed=$((passed + 1)); summary+=("PASS  ${secs}s  molecule $s")
+    else
+      failed=$((failed + 1)); summary+=("FAIL  ${secs}s  molecule $s (log: .work/logs/molecule-$s.log)")
+      printf '\n==== molecule %s failed; last 60 lines of its log ====\n' "$s"
+      tail -n 60 "$logs/molecule-$s.log"
+    fi
+  done
+fi
+
+print_summary
+[ "$failed" = 0 ]

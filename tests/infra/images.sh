@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# Build the systemd base images molecule runs the roles in.
+#
+#   local/gpustack-debian:12        Debian 12 (bookworm) minbase rootfs from debootstrap
+#   local/gpustack-ubuntu2004-standin  the same rootfs posing as Ubuntu 20.04 "focal":
+#                                   /etc/os-release and /etc/lsb-release say Ubuntu 20.04, and a
+#                                   CPython 3.8 (the interpreter Ubuntu 20.04 ships) is copied in
+#                                   for Ansible to manage it through. Its packages, libc, apt and
+#                                   systemd are still Debian 12's: it exercises fact-driven var
+#                                   selection, the ubuntu2004 repo path and Python 3.8 module
+#                                   execution, not Ubuntu's archive. See README "What the tests cover".
+#
+# The debootstrapped rootfs is cached as a zstd tarball (~90 MB) in $GPUSTACK_CACHE so a second
+# run on the same machine imports it in seconds; a fresh machine builds it (~2-3 min).
+set -euo pipefail
+cache=${GPUSTACK_CACHE:-$HOME/.cache/gpustack}
+py38=${GPUSTACK_PY38:-/root/.pyenv/versions/3.8.18}
+suite=bookworm
+mkdir -p "$cache"
+tarball=$cache/rootfs-debian-$suite.tar.zst
+debian_image=local/gpustack-debian:12
+ubuntu_image=local/gpustack-ubuntu2004-standin:latest
+
+mirror() {
+  # The mirror this host already uses, so the images work wherever the host's apt works.
+  local uri
+  uri=$(grep -hE '^URIs:' /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '{print $2}' | grep -v security | head -n1 || true)
+  [ -n "$uri" ] || uri=$(grep -hE '^deb ' /etc/apt/sources.list 2>/dev/null | awk '{print $2}' | head -n1 || true)
+  echo "${uri:-http://deb.debian.org/debian}"
+}
+
+need() { command -v "$1" >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$2" >/dev/null; }
+
+build_rootfs() {
+  need debootstrap debootstrap
+  need zstd zstd
+  local root url
+  root=$(mktemp -d /tmp/gpustack-rootfs.XXXXXX)
+  url=$(mirror)
+  echo "images: debootstrap $suite from $url (a few minutes on a fresh machine)"
+  debootstrap --variant=minbase \
+    --include=python3,python3-apt,systemd,systemd-sysv,dbus,sudo,ca-certificates,gnupg,iproute2,procps \
+    "$suite" "$root" "$url" >"$cache/debootstrap.log" 2>&1 \
+    || { tail -n 30 "$cache/debootstrap.log" >&2; exit 1; }
+  cat >"$root/etc/apt/sources.list" <<SRC
+deb $url $suite main
+deb $url $suite-updates main
+deb ${url%/debian}/debian-security $suite-security main
+SRC
+  # Extra CAs the host trusts (a TLS-terminating proxy, a corporate CA) must be trusted inside
+  # the containers too, or HTTPS downloads made by the roles fail there but not on the host.
+  if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
+    cp /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/"
+    chroot "$root" update-ca-certificates >/dev/null 2>&1 || true
+  fi
+  # Containers never run these units usefully; masking keeps boot quick and quiet.
+  for unit in systemd-udevd.service systemd-udevd-control.socket systemd-udevd-kernel.socket \
+              getty.target console-getty.service systemd-logind.service; do
+    ln -sf /dev/null "$root/etc/systemd/system/$unit"
+  done
+  rm -rf "$root/var/cache/apt/archives/"*.deb "$root/var/lib/apt/lists/"*
+  tar -C "$root" --numeric-owner -c . | zstd -q -T0 -o "$tarball.tmp"
+  mv "$tarball.tmp" "$tarball"
+  rm -rf "$root"
+}
+
+import_debian() {
+  echo "images: importing $debian_image"
+  zstd -dc "$tarball" | docker import -c 'CMD ["/lib/systemd/systemd"]' - "$debian_image" >/dev/null
+}
+
+build_ubuntu_standin() {
+  [ -x "$py38/bin/python3.8" ] || {
+    echo "images: no CPython 3.8 at $py38 (set GPUSTACK_PY38); the Ubuntu 20.04 stand-in needs one" >&2
+    exit 1
+  }
+  local ctx
+  ctx=$(mktemp -d /tmp/gpustack-standin.XXXXXX)
+  cp -a "$py38" "$ctx/py38"
+  rm -f "$ctx"/py38/lib/python3.8/site-packages/_sandboxing*.pth
+  cat >"$ctx/os-release" <<'OSR'
+NAME="Ubuntu"
+VERSION="20.04.6 LTS (Focal Fossa)"
+ID=ubuntu
+ID_LIKE=debian
+PRETTY_NAME="Ubuntu 20.04.6 LTS"
+VERSION_ID="20.04"
+VERSION_CODENAME=focal
+UBUNTU_CODENAME=focal
+OSR
+  cat >"$ctx/lsb-release" <<'LSB'
+DISTRIB_ID=Ubuntu
+DISTRIB_RELEASE=20.04
+DISTRIB_CODENAME=focal
+DISTRIB_DESCRIPTION="Ubuntu 20.04.6 LTS"
+LSB
+  cat >"$ctx/Dockerfile" <<DOCKERFILE
+FROM $debian_image
+COPY py38 $py38
+COPY os-release /usr/lib/os-release
+COPY lsb-release /etc/lsb-release
+RUN echo "bullseye/sid" > /etc/debian_version && echo "TEST STAND-IN: Debian 12 rootfs that reports Ubuntu 20.04; python3.8 at $py38" > /etc/gpustack-standin
+# Ubuntu 20.04's own python3 is 3.8 and imports the distro's pure-Python python3-* packages; the
+# copied CPython would not. Link the ones Ansible modules import (python3-debian for
+# deb822_repository, and its chardet) onto its path: they resolve once a role installs them.
+RUN mkdir -p /usr/local/lib/gpustack-py38-distro \
+ && ln -s /usr/lib/python3/dist-packages/debian /usr/lib/python3/dist-packages/chardet /usr/local/lib/gpustack-py38-distro/ \
+ && echo /usr/local/lib/gpustack-py38-distro > $py38/lib/python3.8/site-packages/gpustack-py38-distro.pth
+CMD ["/lib/systemd/systemd"]
+DOCKERFILE
+  echo "images: building $ubuntu_image"
+  DOCKER_BUILDKIT=0 docker build -q -t "$ubuntu_image" "$ctx" >/dev/null
+  rm -rf "$ctx"
+}
+
+[ -s "$tarball" ] || build_rootfs
+docker image inspect "$debian_image" >/dev/null 2>&1 || import_debian
+docker image inspect "$ubuntu_image" >/dev/null 2>&1 || build_ubuntu_standin
+echo "images: ready ($debian_image, $ubuntu_image)"

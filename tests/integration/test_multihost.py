@@ -1,0 +1,282 @@
+"""Real multi-node sweeps across test hosts made of network namespaces.
+
+tests/infra/netns.sh makes three hosts (gsb1..gsb3 on 10.213.0.0/24, sshd on port 2213 in each,
+root login with a throwaway key); this machine is the invoking node on the bridge (10.213.0.1).
+The hosts share this machine's filesystem, like a cluster with a shared home: the same .venv and
+checkout are at the same paths everywhere. Everything is torn down when the module finishes.
+
+CPU ranks with gloo; ResNet-18 on 32x32 images keeps each launch to seconds. Nothing here
+asserts on speed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from bench.sysinfo import horovod_status
+
+REPO = Path(__file__).resolve().parents[2]
+NETNS = REPO / "tests" / "infra" / "netns.sh"
+SUBNET = "10.213.0"
+PORT = 2213
+HOST1, HOST2, HOST3 = f"{SUBNET}.11", f"{SUBNET}.12", f"{SUBNET}.13"
+TINY = ["--model", "resnet18", "--image-size", "32", "--batch-size", "4",
+        "--warmup-steps", "1", "--steps", "3", "--no-progress"]  # fmt: skip
+
+pytestmark = [
+    pytest.mark.multihost,
+    pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces and sshd need root"),
+    pytest.mark.skipif(
+        not all(shutil.which(t) for t in ("ip", "nsenter", "unshare", "ssh", "/usr/sbin/sshd")),
+        reason="needs iproute2, util-linux and openssh (client and server)",
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def hosts(tmp_path_factory: pytest.TempPathFactory):
+    """Three namespace hosts with sshd; yields the state directory (keys, ssh_config)."""
+    state = tmp_path_factory.mktemp("netns") / "state"
+    env = {**os.environ, "GSB_NETNS_STATE": str(state), "GSB_NETNS_SUBNET": SUBNET,
+           "GSB_NETNS_SSH_PORT": str(PORT)}  # fmt: skip
+    subprocess.run([str(NETNS), "down"], env=env, check=True, capture_output=True, timeout=120)
+    up = subprocess.run(
+        [str(NETNS), "up", "3"], env=env, capture_output=True, text=True, timeout=120
+    )
+    try:
+        assert up.returncode == 0, up.stderr
+        yield state
+    finally:
+        subprocess.run([str(NETNS), "down"], env=env, capture_output=True, timeout=120)
+
+
+def ssh_args(state: Path) -> list[str]:
+    """How the invoking node reaches the hosts: the test key and the hosts' pinned keys."""
+    return [
+        "--ssh-port", str(PORT),
+        "--ssh-identity-file", str(state / "id_ed25519"),
+        "--ssh-option", f"UserKnownHostsFile={state / 'known_hosts'}",
+        "--ssh-option", "StrictHostKeyChecking=yes",
+    ]  # fmt: skip
+
+
+def bench(out: Path, *args: str, timeout_s: float = 400) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bench.scaling", *TINY, "--out", str(out), *args],
+        capture_output=True, text=True, timeout=timeout_s, cwd=REPO,
+    )  # fmt: skip
+
+
+def sweep_dir(out: Path) -> Path:
+    (directory,) = [d for d in out.iterdir() if d.is_dir()]
+    return directory
+
+
+def rows(directory: Path, name: str = "runs") -> list[dict]:
+    return pd.read_parquet(directory / f"{name}.parquet").to_dict(orient="records")
+
+
+def run_processes_in(netns: str) -> list[int]:
+    """Bench ranks (workers) running inside one test host."""
+    listed = subprocess.run(["ip", "netns", "pids", netns], capture_output=True, text=True)
+    pids = []
+    for pid in listed.stdout.split():
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"bench.worker" in cmdline and b"torch.distributed.run" not in cmdline:
+            pids.append(int(pid))
+    return pids
+
+
+def tagged_processes() -> list[int]:
+    """Processes of any bench run (they carry GPUSTACK_BENCH_RUN), in any namespace."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if b"GPUSTACK_BENCH_RUN=" in (entry / "environ").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+needs_horovod = pytest.mark.skipif(
+    not horovod_status().available, reason="Horovod is not installed in this environment"
+)
+
+
+@needs_horovod
+def test_two_node_ddp_and_horovod_runs_produce_correct_rows(hosts: Path, tmp_path: Path) -> None:
+    done = bench(
+        tmp_path, "--hosts", f"{HOST1}:1,{HOST2}:1", "--nodes", "2", "--gpus-per-node", "1",
+        "--launchers", "ddp,horovod", "--repeats", "1", "--probe-mb", "4", *ssh_args(hosts),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
+    directory = sweep_dir(tmp_path)
+    runs = {r["launcher"]: r for r in rows(directory)}
+    assert set(runs) == {"ddp", "horovod"}
+    for launcher, run in runs.items():
+        assert run["status"] == "ok", (launcher, run["error"])
+        assert (run["nodes"], run["gpus_per_node"], run["gpus"]) == (2, 1, 2)
+        assert run["hosts"] == f"{HOST1}:1,{HOST2}:1"
+        assert run["backend"] == "gloo"
+        # gloo over TCP on the hosts' own interface, found by routing toward the first host
+        assert run["interconnect"] == "tcp (gloo, eth0)"
+        assert run["images"] == run["global_batch"] * 3 == 8
+        assert run["throughput"] == pytest.approx(run["images"] / run["window_s"])
+    (probe,) = rows(directory, "probes")
+    assert probe["status"] == "ok", probe["error"]
+    assert (probe["nodes"], probe["gpus"], probe["interconnect"]) == (2, 2, "tcp (gloo, eth0)")
+    document = json.loads((directory / "sweep.json").read_text())
+    nodes = document["system"]["nodes"]
+    assert [n["hostname"] for n in nodes] == ["gsb1", "gsb2"]
+    assert {n["torch"] for n in nodes} == {document["system"]["versions"]["torch"]}
+    # ranks ran inside the two hosts, and nothing of the runs is left anywhere
+    assert "| ddp | fp32-nchw | 2 | 2 |" in (directory / "report.md").read_text()
+    assert tagged_processes() == []
+
+
+def test_unreachable_host_stops_the_sweep_before_launch(hosts: Path, tmp_path: Path) -> None:
+    pidfile = hosts / "gsb3" / "sshd.pid"
+    os.kill(int(pidfile.read_text()), signal.SIGTERM)
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{pidfile.read_text().strip()}").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    done = bench(tmp_path, "--hosts", f"{HOST1}:1,{HOST2}:1,{HOST3}:1", "--launchers", "ddp",
+                 *ssh_args(hosts), timeout_s=120)  # fmt: skip
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "cannot reach 1 of 3 host(s)" in done.stderr
+    assert f"{HOST3}: ssh: connect to host {HOST3} port {PORT}: Connection refused" in done.stderr
+    assert not tmp_path.exists() or not any(tmp_path.iterdir())
+
+
+def test_killed_ranks_on_one_host_give_a_failure_row_and_the_sweep_goes_on(
+    hosts: Path, tmp_path: Path
+) -> None:
+    killed: list[int] = []
+    stop = threading.Event()
+
+    def kill_first_run_on_gsb2() -> None:
+        # Wait for the first run's rank on gsb2, let it get going, then kill it (SIGKILL, as a
+        # crashing node would). Later runs are left alone.
+        while not stop.is_set() and not killed:
+            pids = run_processes_in("gsb2")
+            if pids:
+                time.sleep(2)
+                for pid in pids:
+                    os.kill(pid, signal.SIGKILL)
+                killed.extend(pids)
+            time.sleep(0.1)
+
+    killer = threading.Thread(target=kill_first_run_on_gsb2, daemon=True)
+    killer.start()
+    try:
+        done = bench(
+            tmp_path, "--hosts", f"{HOST1}:1,{HOST2}:1", "--nodes", "2", "--gpus-per-node", "1",
+            "--launchers", "ddp", "--repeats", "2", "--no-probe", "--timeout", "120",
+            *ssh_args(hosts),
+        )  # fmt: skip
+    finally:
+        stop.set()
+        killer.join(timeout=10)
+    assert killed, "no rank appeared on gsb2"
+    assert done.returncode == 0, done.stderr[-4000:]
+    first, second = rows(sweep_dir(tmp_path))
+    assert first["run_id"].endswith("-r0") and second["run_id"].endswith("-r1")
+    assert first["status"] == "failed"
+    assert first["throughput"] is None or pd.isna(first["throughput"])
+    assert (first["nodes"], first["hosts"]) == (2, f"{HOST1}:1,{HOST2}:1")
+    assert "SIGKILL" in first["error"] or "exitcode  : -9" in first["error"], first["error"]
+    assert second["status"] == "ok", second["error"]
+    assert tagged_processes() == []
+
+
+def test_playbook_runs_the_sweep_on_the_hosts_and_fetches_results(
+    hosts: Path, tmp_path: Path
+) -> None:
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(
+        json.dumps(
+            {
+                "all": {
+                    "children": {
+                        "gpu_nodes": {
+                            "hosts": {
+                                "gsb1": {"ansible_host": HOST1},
+                                "gsb2": {"ansible_host": HOST2},
+                            },
+                            "vars": {
+                                "ansible_port": PORT,
+                                "ansible_user": "root",
+                                "ansible_ssh_private_key_file": str(hosts / "id_ed25519"),
+                                "ansible_ssh_common_args": (
+                                    f"-o UserKnownHostsFile={hosts / 'known_hosts'} "
+                                    "-o StrictHostKeyChecking=yes"
+                                ),
+                                "ansible_python_interpreter": "/usr/bin/python3",
+                                "bench_python": sys.executable,
+                                "bench_gpus_per_node": 1,
+                                "bench_workdir": str(tmp_path / "remote"),
+                            },
+                        }
+                    }
+                }
+            }
+        )
+    )
+    results = tmp_path / "results"
+    extra = {
+        "bench_results_dir": str(results),
+        "bench_run_name": "fleet",
+        "bench_args": [
+            *TINY,
+            "--launchers",
+            "ddp",
+            "--nodes",
+            "2",
+            "--gpus-per-node",
+            "1",
+            "--repeats",
+            "1",
+            "--no-probe",
+        ],
+    }
+    env = {**os.environ, "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".cache" / "collections"),
+           "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")}  # fmt: skip
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("ansible-playbook")), "-i", str(inventory),
+         str(REPO / "playbooks" / "bench.yml"), "-e", json.dumps(extra)],
+        capture_output=True, text=True, timeout=600, env=env, cwd=REPO,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-6000:]
+    # the results came back to the control machine
+    (directory,) = [d for d in (results / "fleet").iterdir() if d.is_dir()]
+    (run,) = rows(directory)
+    assert run["status"] == "ok", run["error"]
+    assert (run["nodes"], run["hosts"]) == (2, f"{HOST1}:1,{HOST2}:1")
+    assert (directory / "report.md").exists()
+    # passwordless ssh between the hosts: gsb1's key is authorized on gsb2, gsb2 is known on gsb1
+    public = (hosts / "gsb1" / "dot-ssh" / "gpustack_bench_ed25519.pub").read_text().split()[1]
+    assert public in (hosts / "gsb2" / "dot-ssh" / "authorized_keys").read_text()
+    known_hosts = hosts / "gsb1" / "dot-ssh" / "known_hosts"
+    known = subprocess.run(
+        ["ssh-keygen", "-F", f"[{HOST2}]:{PORT}", "-f", str(known_hosts)],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert known.returncode == 0
+    assert tagged_processes() == []

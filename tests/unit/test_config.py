@@ -1,0 +1,181 @@
+"""Options, machine-dependent defaults, and every impossible request rejected up front."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from bench_builders import MODELS, config_for, cpu_machine, gpu_machine
+
+from bench import scaling
+from bench.config import (
+    BenchConfig,
+    ConfigError,
+    HorovodStatus,
+    explicit_options,
+    parse_request,
+    validate,
+)
+
+
+def test_cpu_defaults_are_a_quick_smoke_test() -> None:
+    config = config_for([], cpu_machine(cores=2))
+    assert config.device == "cpu"
+    assert config.gpu_counts == (1, 2)
+    assert config.launchers == ("ddp", "horovod") and not config.launchers_explicit
+    assert (config.batch_size, config.image_size, config.precisions) == (8, 32, ("fp32",))
+    assert (config.warmup_steps, config.steps, config.repeats) == (2, 8, 3)
+    assert config.loader_workers == 0
+    validate(config, cpu_machine(cores=2), MODELS)
+
+
+def test_gpu_defaults() -> None:
+    config = config_for([], gpu_machine(gpus=4))
+    assert config.device == "cuda"
+    assert config.gpu_counts == (1, 2, 4)
+    assert (config.batch_size, config.image_size, config.precisions) == (128, 224, ("amp-bf16",))
+    assert (config.warmup_steps, config.steps) == (20, 100)
+    assert config.loader_workers == 8  # 32 cores / 4 GPUs
+    assert config_for([], gpu_machine(ampere=False)).precisions == ("amp-fp16",)
+    validate(config, gpu_machine(gpus=4), MODELS)
+
+
+def test_cpu_device_can_be_forced_on_a_gpu_machine() -> None:
+    config = config_for(["--device", "cpu"], gpu_machine())
+    assert (config.device, config.image_size, config.precisions) == ("cpu", 32, ("fp32",))
+
+
+def errors_for(argv: list[str], env=None) -> str:  # type: ignore[no-untyped-def]
+    env = env or cpu_machine()
+    with pytest.raises(ConfigError) as caught:
+        validate(config_for(argv, env), env, MODELS)
+    return str(caught.value)
+
+
+def test_more_ranks_than_the_machine_has() -> None:
+    assert "64 requested but this machine has 4 GPUs" in errors_for(
+        ["--gpus", "1,64"], gpu_machine()
+    )
+    assert "3 requested but this machine has 2 CPU ranks" in errors_for(["--gpus", "3"])
+
+
+def test_no_gpu_for_device_cuda() -> None:
+    assert "no CUDA GPU is visible" in errors_for(["--device", "cuda"])
+
+
+def test_unknown_model_suggests_a_close_name() -> None:
+    message = errors_for(["--model", "resnet5"])
+    assert "unknown torchvision classification model 'resnet5'" in message
+    assert "did you mean resnet50" in message
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--batch-size", "0"], "--batch-size must be >= 1"),
+        (["--global-batch", "100", "--gpus", "1,2", "--device", "cpu"], None),
+        (["--global-batch", "5", "--gpus", "1,2"], "does not split evenly over [2] GPUs"),
+        (["--steps", "0"], "--steps must be >= 1"),
+        (["--warmup-steps", "-1"], "--warmup-steps must be >= 0"),
+        (["--repeats", "0"], "--repeats must be >= 1"),
+        (["--image-size", "8"], "--image-size must be >= 16"),
+        (["--timeout", "0"], "--timeout must be > 0"),
+        (["--workers", "-2"], "--workers must be >= 0"),
+        (["--bucket-cap-mb", "0"], "--bucket-cap-mb must be > 0"),
+        (["--precision", "tf32"], "tf32 needs an NVIDIA Ampere or newer GPU"),
+        (["--data", "/nonexistent/imagenet"], "is not a directory"),
+    ],
+)
+def test_impossible_requests(argv: list[str], expected: str | None) -> None:
+    if expected is None:
+        config = config_for(argv, cpu_machine())
+        validate(config, cpu_machine(), MODELS)
+    else:
+        assert expected in errors_for(argv)
+
+
+def test_bf16_needs_a_gpu_with_bf16() -> None:
+    old = gpu_machine(name="Tesla V100-SXM2-16GB", ampere=False)
+    assert "no bfloat16 support" in errors_for(["--precision", "amp-bf16"], old)
+
+
+def test_data_dir_needs_class_subdirectories(tmp_path: Path) -> None:
+    assert "no class subdirectories" in errors_for(["--data", str(tmp_path)])
+    (tmp_path / "cat").mkdir()
+    validate(config_for(["--data", str(tmp_path)], cpu_machine()), cpu_machine(), MODELS)
+
+
+def test_all_problems_are_reported_at_once() -> None:
+    message = errors_for(["--gpus", "8", "--model", "nosuchnet", "--batch-size", "0"])
+    assert message.count("\n  - ") == 2  # three problems, one per line
+
+
+def test_horovod_asked_for_but_missing() -> None:
+    missing = cpu_machine(horovod=HorovodStatus(False, reason="horovodrun not found"))
+    assert "--launchers horovod: horovodrun not found" in errors_for(
+        ["--launchers", "horovod"], missing
+    )
+    # not asked for by name: the sweep goes on and records Horovod's runs as unavailable
+    config = config_for([], missing)
+    validate(config, missing, MODELS)
+    assert scaling.unavailable_launchers(config, missing) == {"horovod": "horovodrun not found"}
+
+
+def test_horovod_without_nccl_on_a_gpu_host() -> None:
+    gloo_only = gpu_machine(horovod=HorovodStatus(True, "0.28.1", nccl_built=False))
+    assert "built without NCCL" in errors_for(["--launchers", "ddp,horovod"], gloo_only)
+    # on a CPU sweep NCCL does not matter
+    cpu = cpu_machine(horovod=HorovodStatus(True, "0.28.1", nccl_built=False))
+    validate(config_for(["--launchers", "horovod"], cpu), cpu, MODELS)
+    assert scaling.unavailable_launchers(config_for([], cpu), cpu) == {}
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--precision", "fp64"], ["--gpus", "one"], ["--launchers", "mpi"], ["--claim", "1-560"]],
+)
+def test_malformed_options_stop_argument_parsing(argv: list[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse_request(argv)
+
+
+def test_list_options_parse() -> None:
+    request = parse_request(
+        ["--gpus", "4,1,2", "--claim", "1:560,4:148", "--compile", "off,on",
+         "--precision", "fp32,fp32,amp-fp16"]
+    )  # fmt: skip
+    assert request.gpu_counts == (4, 1, 2)
+    assert request.claim == ((1, 560.0), (4, 148.0))
+    assert request.compile_modes == (False, True)
+    assert request.precisions == ("fp32", "amp-fp16")
+    assert config_for(["--gpus", "4,1,2,2"], gpu_machine()).gpu_counts == (1, 2, 4)
+
+
+def test_config_round_trips_through_json() -> None:
+    config = config_for(["--claim", "1:560,4:148", "--global-batch", "64"], gpu_machine())
+    assert BenchConfig.from_dict(json.loads(json.dumps(config.to_dict()))) == config
+
+
+def test_explicit_options() -> None:
+    assert explicit_options(["--resume", "d", "--gpus=2", "-x"]) == ["--resume", "--gpus"]
+
+
+def test_main_rejects_before_launching(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(scaling, "detect_environment", lambda **_: cpu_machine())
+    monkeypatch.setattr(scaling.models, "available_models", lambda: MODELS)
+    launched: list[object] = []
+    monkeypatch.setattr(scaling.launch, "run_local", lambda *a: launched.append(a))
+    code = scaling.main(["--gpus", "16", "--model", "resnet5", "--out", str(tmp_path)])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "16 requested" in err and "resnet5" in err
+    assert launched == [] and list(tmp_path.iterdir()) == []
+
+
+def test_resume_refuses_other_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(scaling, "detect_environment", lambda **_: cpu_machine())
+    assert scaling.main(["--resume", str(tmp_path), "--gpus", "2"]) == 2
+    assert scaling.main(["--resume", str(tmp_path / "missing")]) == 2

@@ -1,0 +1,164 @@
+"""Host lists, hostfiles and node-count sweep plans."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+from bench.hosts import (
+    HostSpecError,
+    check_placement,
+    host_names,
+    is_local_host,
+    is_single_local,
+    is_uniform,
+    local_addresses,
+    parse_hostfile,
+    parse_hostfile_text,
+    parse_hosts,
+    plan_node_sweep,
+    validate_host_name,
+)
+from bench.plan import HostSlots, format_hosts
+
+
+def test_hosts_option_keeps_order_and_slots() -> None:
+    placement = parse_hosts("node2:8,node1:4")
+    assert placement == (HostSlots("node2", 8), HostSlots("node1", 4))
+    assert format_hosts(placement) == "node2:8,node1:4"
+    assert host_names(placement) == ["node2", "node1"]
+
+
+def test_hosts_option_accepts_spaces_addresses_and_default_slots() -> None:
+    placement = parse_hosts(" 10.0.0.1:2 , gpu-02.cluster.example  [fd00::7]:2 ", default_slots=2)
+    assert placement == (
+        HostSlots("10.0.0.1", 2),
+        HostSlots("gpu-02.cluster.example", 2),
+        HostSlots("fd00::7", 2),
+    )
+
+
+def test_host_without_count_gets_one_slot_unless_told() -> None:
+    assert parse_hosts("a,b") == (HostSlots("a", 1), HostSlots("b", 1))
+    assert parse_hosts("a,b:3", default_slots=4) == (HostSlots("a", 4), HostSlots("b", 3))
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "empty"),
+        (" , ", "empty"),
+        ("node1:x", "not an integer"),
+        ("node1:0", ">= 1"),
+        ("node1:-2", ">= 1"),
+        ("node1:2,node1:2", "listed twice"),
+        ("node1;reboot:2", "invalid host name"),
+        ("root@node1:2", "--ssh-user"),
+        ("[fd00::1", "unclosed"),
+        ("[fd00::1]x", "expected ':SLOTS'"),
+        ("node1:", "not an integer"),
+    ],
+)
+def test_bad_host_lists_say_what_is_wrong(text: str, message: str) -> None:
+    with pytest.raises(HostSpecError, match=message):
+        parse_hosts(text)
+
+
+def test_hostfile_in_mpi_and_horovod_formats() -> None:
+    text = """
+    # the rack
+    node1 slots=8 max_slots=8   # MPI style
+    node2:8                     # horovodrun -H style
+
+    node3                       # no count: the default
+    10.1.0.4 slots=2
+    """
+    placement = parse_hostfile_text(text, default_slots=4)
+    assert placement == (
+        HostSlots("node1", 8),
+        HostSlots("node2", 8),
+        HostSlots("node3", 4),
+        HostSlots("10.1.0.4", 2),
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("node1 slots=8\nnode2 cpus=8\n", r"hostfile:2: unexpected 'cpus=8'"),
+        ("node1:8 slots=8\n", r"hostfile:1: give the slot count once"),
+        ("node1 slots=zero\n", r"hostfile:1: slot count 'zero' is not an integer"),
+        ("# nothing here\n\n", "no hosts listed"),
+        ("node1\nnode1 slots=2\n", "listed twice"),
+    ],
+)
+def test_bad_hostfiles_name_the_line(text: str, message: str) -> None:
+    with pytest.raises(HostSpecError, match=message):
+        parse_hostfile_text(text)
+
+
+def test_hostfile_from_disk(tmp_path: Path) -> None:
+    path = tmp_path / "hosts"
+    path.write_text("a slots=2\nb slots=2\n")
+    assert parse_hostfile(path) == (HostSlots("a", 2), HostSlots("b", 2))
+    with pytest.raises(HostSpecError, match=f"cannot read hostfile {tmp_path / 'missing'}"):
+        parse_hostfile(tmp_path / "missing")
+    with pytest.raises(HostSpecError, match=r"hosts:2: slot count must be >= 1"):
+        path.write_text("a slots=2\nb slots=0\n")
+        parse_hostfile(path)
+
+
+def test_check_placement_rejects_what_parsing_would() -> None:
+    with pytest.raises(HostSpecError, match="at least one host"):
+        check_placement(())
+    with pytest.raises(HostSpecError, match="slots must be >= 1"):
+        check_placement((HostSlots("a", 0),))
+    assert validate_host_name("10.213.0.11") == "10.213.0.11"
+    assert validate_host_name("fd00::1") == "fd00::1"
+
+
+def test_default_sweep_is_powers_of_two_of_nodes_times_gpus() -> None:
+    hosts = parse_hosts("n1:8,n2:8,n3:8")
+    plans = plan_node_sweep(hosts)
+    assert [format_hosts(p) for p in plans] == [
+        "n1:1", "n1:2", "n1:4", "n1:8",
+        "n1:1,n2:1", "n1:2,n2:2", "n1:4,n2:4", "n1:8,n2:8",
+        "n1:1,n2:1,n3:1", "n1:2,n2:2,n3:2", "n1:4,n2:4,n3:4", "n1:8,n2:8,n3:8",
+    ]  # fmt: skip
+    assert all(is_uniform(p) for p in plans)
+
+
+def test_explicit_sweep_takes_the_first_hosts_and_the_smallest_host_limits_defaults() -> None:
+    hosts = parse_hosts("n1:8,n2:4")
+    assert [format_hosts(p) for p in plan_node_sweep(hosts, node_counts=[2, 1, 2])] == [
+        "n1:1", "n1:2", "n1:4", "n1:1,n2:1", "n1:2,n2:2", "n1:4,n2:4",
+    ]  # fmt: skip
+    assert [format_hosts(p) for p in plan_node_sweep(hosts, [2], [3])] == ["n1:3,n2:3"]
+
+
+@pytest.mark.parametrize(
+    ("nodes", "gpus", "message"),
+    [
+        ([3], None, r"node count 3 is outside 1..2"),
+        ([0], None, r"node count 0 is outside"),
+        ([2], [8], r"these hosts have fewer slots: n2:4"),
+        ([1], [0], r"ranks per node must be >= 1"),
+    ],
+)
+def test_impossible_sweeps_are_errors(
+    nodes: list[int], gpus: list[int] | None, message: str
+) -> None:
+    with pytest.raises(HostSpecError, match=message):
+        plan_node_sweep(parse_hosts("n1:8,n2:4"), nodes, gpus)
+
+
+def test_this_machine_is_recognised_by_name_and_address() -> None:
+    assert is_local_host("localhost")
+    assert is_local_host(socket.gethostname())
+    assert "127.0.0.1" in local_addresses()
+    assert is_local_host("127.0.0.1")
+    assert not is_local_host("node-that-is-not-this-machine.invalid")
+    assert is_single_local((HostSlots("localhost", 2),))
+    assert not is_single_local((HostSlots("localhost", 1), HostSlots("other.invalid", 1)))

@@ -1,0 +1,148 @@
+"""Models (including the torchvision compiled-ops fallback) and the pieces of the rank loop."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from bench import data, models, worker
+
+
+def fake_package(root: Path, init_body: str) -> str:
+    """A package whose __init__ runs `init_body` and whose `models` subpackage is pure Python."""
+    name = f"fakevision_{uuid.uuid4().hex[:8]}"
+    package = root / name
+    (package / "models").mkdir(parents=True)
+    (package / "__init__.py").write_text(textwrap.dedent(init_body).replace("PKG", name))
+    (package / "models" / "__init__.py").write_text("def list_models():\n    return ['tiny']\n")
+    return name
+
+
+@pytest.fixture
+def on_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield tmp_path
+    for name in [m for m in sys.modules if m.startswith("fakevision_")]:
+        del sys.modules[name]
+
+
+def test_missing_compiled_ops_falls_back_to_the_pure_python_models(on_path: Path) -> None:
+    name = fake_package(on_path, 'raise RuntimeError("operator PKG::nms does not exist")\n')
+    package = models.import_package(name)
+    assert package.__file__ and package.__file__.endswith("__init__.py")
+    assert models.import_submodule("models", name).list_models() == ["tiny"]
+    assert models._state[name] is False
+
+
+def test_other_import_errors_propagate(on_path: Path) -> None:
+    name = fake_package(on_path, 'raise RuntimeError("CUDA driver initialization failed")\n')
+    with pytest.raises(RuntimeError, match="CUDA driver"):
+        models.import_package(name)
+
+
+def test_a_working_package_imports_normally(on_path: Path) -> None:
+    name = fake_package(on_path, "LOADED = True\n")
+    assert models.import_package(name).LOADED is True
+    assert models._state[name] is True
+
+
+def test_error_recognition() -> None:
+    assert models.is_missing_compiled_ops_error(
+        RuntimeError("operator torchvision::nms does not exist")
+    )
+    assert not models.is_missing_compiled_ops_error(ImportError("operator torchvision::nms"))
+    assert not models.is_missing_compiled_ops_error(RuntimeError("something else"))
+
+
+def test_torchvision_models_build_here() -> None:
+    names = models.available_models()
+    assert {"resnet50", "resnet18", "vit_b_16"} <= set(names)
+    assert "fasterrcnn_resnet50_fpn" not in names  # classification models only
+    net = models.build_model("resnet18", num_classes=10)
+    assert net(torch.randn(2, 3, 32, 32)).shape == (2, 10)
+    # ResNet-50 has 25,557,032 parameters: 102.2 MB of fp32 gradients
+    assert models.gradient_bytes(models.build_model("resnet50")) == 25_557_032 * 4
+
+
+def test_synthetic_batches_are_on_device_in_the_memory_format() -> None:
+    batches = data.synthetic_batches(4, 32, 10, torch.device("cpu"), torch.channels_last, seed=1)
+    images, labels = next(batches)
+    assert images.shape == (4, 3, 32, 32) and labels.shape == (4,)
+    assert images.is_contiguous(memory_format=torch.channels_last)
+    assert int(labels.max()) < 10
+    assert next(batches)[0] is images  # made once, reused
+
+
+def test_imagefolder_batches(tmp_path: Path) -> None:
+    from PIL import Image
+
+    for cls in ("cat", "dog"):
+        (tmp_path / cls).mkdir()
+        for i in range(6):
+            Image.new("RGB", (40, 30), (i * 20, 0, 0)).save(tmp_path / cls / f"{i}.png")
+    batches = data.imagefolder_batches(
+        str(tmp_path), 2, 24, 0, rank=1, world_size=2, device=torch.device("cpu"),
+        memory_format=torch.contiguous_format, seed=0,
+    )  # fmt: skip
+    shapes = [tuple(next(batches)[0].shape) for _ in range(5)]  # 3 batches per epoch: wraps
+    assert shapes == [(2, 3, 24, 24)] * 5
+    with pytest.raises(ValueError, match="no full batch"):
+        next(data.imagefolder_batches(str(tmp_path), 7, 24, 0, 0, 2, torch.device("cpu"),
+                                      torch.contiguous_format, 0))  # fmt: skip
+
+
+class LocalEngine:
+    """The Engine protocol for one process, without a process group."""
+
+    def step(self, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler | None) -> None:
+        if scaler is None:
+            optimizer.step()
+        else:
+            scaler.step(optimizer)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "amp-bf16", "amp-fp16"])
+def test_train_step_updates_the_model(precision: str) -> None:
+    torch.manual_seed(0)
+    net = models.build_model("resnet18", num_classes=4)
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+    step = worker.make_train_step(net, optimizer, LocalEngine(), precision, torch.device("cpu"))
+    before = net.fc.weight.detach().clone()
+    # fp16's GradScaler skips steps whose scaled gradients overflow while it finds its scale
+    for _ in range(30):
+        step(torch.randn(2, 3, 32, 32), torch.tensor([0, 3]))
+        if not torch.equal(before, net.fc.weight):
+            break
+    assert not torch.equal(before, net.fc.weight)
+
+
+def test_timed_window_accounts_every_step_and_the_data_wait() -> None:
+    calls: list[int] = []
+
+    def slow_batches() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        while True:
+            time.sleep(0.01)
+            yield torch.zeros(1), torch.zeros(1)
+
+    window, steps, wait = worker.timed_window(
+        lambda x, y: calls.append(1), slow_batches(), 4, torch.device("cpu")
+    )
+    assert len(calls) == 4 and len(steps) == 4
+    assert sum(steps) == pytest.approx(window)  # steps tile the window exactly
+    assert wait >= 0.04  # four sleeps of 10 ms inside next()
+    assert wait <= window
+
+
+def test_fp32_means_ieee_unless_tf32_is_asked_for() -> None:
+    worker.configure_fp32_math("tf32")
+    assert torch.backends.cudnn.conv.fp32_precision == "tf32"
+    worker.configure_fp32_math("fp32")
+    assert torch.backends.cudnn.conv.fp32_precision == "ieee"
+    assert torch.backends.cuda.matmul.fp32_precision == "ieee"

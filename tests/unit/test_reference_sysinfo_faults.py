@@ -1,0 +1,139 @@
+"""Published figures and peaks, telemetry arithmetic, environment capture, fault injection."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from bench import faults, reference, sysinfo
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("NVIDIA H100 80GB HBM3", "H100 SXM"),
+        ("NVIDIA H100 PCIe", "H100 PCIe"),
+        ("NVIDIA H100 NVL", "H100 NVL"),
+        ("NVIDIA H200", "H200 SXM"),
+        ("NVIDIA A100-SXM4-80GB", "A100"),
+        ("NVIDIA A100 80GB PCIe", "A100"),
+        ("NVIDIA A40", "A40"),
+        ("Tesla V100-SXM2-16GB", "V100 SXM2"),
+        ("Tesla V100-PCIE-32GB", "V100 PCIe"),
+        ("NVIDIA RTX A4000", None),
+        ("NVIDIA GeForce RTX 4090", None),
+    ],
+)
+def test_identify_gpu(name: str, expected: str | None) -> None:
+    found = reference.identify_gpu(name)
+    assert (found.name if found else None) == expected
+
+
+def test_peaks_by_precision() -> None:
+    h100 = reference.identify_gpu("NVIDIA H100 80GB HBM3")
+    v100 = reference.identify_gpu("Tesla V100-SXM2-16GB")
+    assert h100 is not None and v100 is not None
+    assert reference.peak_flops(h100, "amp-bf16") == 989.4e12
+    assert reference.peak_flops(h100, "fp32") == 67e12
+    assert reference.peak_flops(v100, "amp-fp16") == 125e12
+    assert reference.peak_flops(v100, "amp-bf16") is None
+    assert reference.peak_flops(v100, "tf32") is None
+
+
+def test_flops_per_image_scales_with_pixels() -> None:
+    assert reference.flops_per_image("resnet50", 224) == 24.6e9
+    assert reference.flops_per_image("resnet50", 112) == pytest.approx(6.15e9)
+    assert reference.flops_per_image("vgg16", 224) is None
+
+
+def test_published_figures_match_gpu_and_precision() -> None:
+    a100 = reference.identify_gpu("NVIDIA A100-SXM4-80GB")
+    assert a100 is not None
+    assert [p.images_per_s_per_gpu for p in reference.published_for(a100, "tf32")] == [938.0, 906.0]
+    assert {p.images_per_s_per_gpu for p in reference.published_for(a100, "amp-fp16")} == {
+        2470.0,
+        16621 / 8,
+    }
+    assert reference.published_for(a100, "fp32") == []
+
+
+def test_nearest_published_prefers_harness_figures_at_a_close_gpu_count() -> None:
+    h100 = reference.identify_gpu("NVIDIA H100 80GB HBM3")
+    assert h100 is not None
+    published = reference.published_for(h100, "amp-bf16")
+    assert {p.images_per_s_per_gpu for p in published if p.ceiling} == {7160.0}
+    nearest = {n: reference.nearest_published(published, n) for n in (1, 2, 6, 16)}
+    assert {n: p.gpus for n, p in nearest.items() if p} == {1: 1, 2: 1, 6: 8, 16: 8}
+    assert reference.nearest_published([], 1) is None
+
+
+def test_decode_throttle_reasons() -> None:
+    assert sysinfo.decode_throttle_reasons(0) == []
+    assert sysinfo.decode_throttle_reasons(0x4 | 0x40) == ["sw_power_cap", "hw_thermal_slowdown"]
+    assert sysinfo.decode_throttle_reasons(0x1) == ["gpu_idle"]
+
+
+def test_summarise_and_merge_telemetry() -> None:
+    samples = [
+        sysinfo.Sample(1980.0, 650.0, 60.0, 0x0),
+        sysinfo.Sample(1800.0, 700.0, 70.0, 0x4),
+    ]
+    summary = sysinfo.summarise_samples(samples)
+    assert summary == {
+        "samples": 2,
+        "sm_clock_mhz_mean": 1890.0,
+        "sm_clock_mhz_min": 1800.0,
+        "power_w_mean": 675.0,
+        "power_w_max": 700.0,
+        "temperature_c_max": 70.0,
+        "throttle_reasons": ["sw_power_cap"],
+    }
+    other = {**summary, "sm_clock_mhz_mean": 1790.0, "sm_clock_mhz_min": 1700.0,
+             "temperature_c_max": 75.0, "throttle_reasons": ["hw_slowdown"]}  # fmt: skip
+    merged = sysinfo.merge_telemetry([summary, other, {}])
+    assert merged["sm_clock_mhz_mean"] == 1840.0 and merged["sm_clock_mhz_min"] == 1700.0
+    assert merged["temperature_c_max"] == 75.0
+    assert merged["throttle_reasons"] == ["hw_slowdown", "sw_power_cap"]
+    assert sysinfo.summarise_samples([]) == {} and sysinfo.merge_telemetry([{}]) == {}
+
+
+def test_sampler_without_a_gpu_records_nothing() -> None:
+    assert sysinfo.GpuSampler(None).start().stop() == {}
+
+
+def test_relevant_environment() -> None:
+    env = {"NCCL_IB_HCA": "mlx5", "GLOO_SOCKET_IFNAME": "eth0", "HOME": "/root",
+           "CUDA_VISIBLE_DEVICES": "0,1", "PATH": "/bin"}  # fmt: skip
+    assert sysinfo.relevant_environment(env) == {
+        "CUDA_VISIBLE_DEVICES": "0,1",
+        "GLOO_SOCKET_IFNAME": "eth0",
+        "NCCL_IB_HCA": "mlx5",
+    }
+
+
+def test_git_revision_outside_a_repository(tmp_path: Path) -> None:
+    assert sysinfo.git_revision(tmp_path)["sha"] == "unknown"
+
+
+def test_fault_parsing() -> None:
+    assert faults.parse("exit@1,hang@0") == {1: "exit", 0: "hang"}
+    assert faults.parse("") == {}
+    assert faults.fault_for(1, {faults.ENV_VAR: "exit@1"}) == "exit"
+    assert faults.fault_for(0, {faults.ENV_VAR: "exit@1"}) is None
+    for bad in ("crash@1", "exit", "exit@x"):
+        with pytest.raises(ValueError):
+            faults.parse(bad)
+
+
+def test_faults_fire() -> None:
+    faults.trigger(None)
+    code = "from bench import faults; faults.trigger('exit')"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == faults.EXIT_STATUS
+    assert "injecting fault 'exit'" in done.stderr
+    with pytest.raises(torch.OutOfMemoryError):
+        faults.trigger("oom")

@@ -1,0 +1,432 @@
+"""ssh command construction, version comparison, launch commands and cleanup, on this machine.
+
+Nothing here leaves the machine: "remote" commands run on localhost (which the module runs
+through sh instead of ssh) or ssh to a closed loopback port.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bench import remote
+from bench.hosts import parse_hosts
+from bench.remote import (
+    RUN_TAG_VAR,
+    NodeCommand,
+    NodeInfo,
+    SshOptions,
+    check_versions,
+    compare_versions,
+    failure_reason,
+    horovodrun_command,
+    shell_command,
+    ssh_argv,
+    torchrun_node_commands,
+)
+
+PY = "/venv/bin/python"
+
+
+def node(host: str, **fields: object) -> NodeInfo:
+    base: dict[str, object] = {"hostname": host, "python": "3.11.7", "torch": "2.13.0"}
+    base.update(fields)
+    return NodeInfo.from_survey(host, base)
+
+
+# ---------------------------------------------------------------- ssh
+
+
+def test_ssh_never_prompts_and_fails_fast() -> None:
+    args = SshOptions().option_args()
+    pairs = {args[i + 1] for i, a in enumerate(args) if a == "-o"}
+    assert {"BatchMode=yes", "ConnectTimeout=10", "StrictHostKeyChecking=accept-new"} <= pairs
+    assert "ServerAliveInterval=15" in pairs and "ServerAliveCountMax=4" in pairs
+    assert "-i" not in args and "-F" not in args
+
+
+def test_ssh_options_for_a_fleet() -> None:
+    options = SshOptions(
+        user="ubuntu", port=2222, identity_file="/k/id", known_hosts_file="/k/known",
+        host_key_checking="yes", connect_timeout_s=3, config_file="/k/config",
+        extra_options=("Ciphers=aes128-gcm@openssh.com",),
+    )  # fmt: skip
+    argv = ssh_argv("node1", "echo hi", options)
+    assert argv[:3] == ["ssh", "-F", "/k/config"]
+    joined = " ".join(argv)
+    for expected in (
+        "-o StrictHostKeyChecking=yes", "-o UserKnownHostsFile=/k/known", "-i /k/id",
+        "-o IdentitiesOnly=yes", "-o User=ubuntu", "-o ConnectTimeout=3",
+        "-o Ciphers=aes128-gcm@openssh.com", "-p 2222",
+    ):  # fmt: skip
+        assert expected in joined
+    assert argv[-3:] == ["node1", "--", "sh -c 'echo hi'"]
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"host_key_checking": "maybe"}, {"port": 0}, {"port": 70000}, {"extra_options": ("Foo",)}],
+)
+def test_bad_ssh_options_are_refused(kwargs: dict) -> None:
+    with pytest.raises(ValueError):
+        SshOptions(**kwargs)
+
+
+def test_remote_command_survives_the_remote_shell_intact(tmp_path: Path) -> None:
+    """What ssh hands to the login shell reproduces argv, env and cwd exactly."""
+    argv = [sys.executable, "-c", "import os,sys,json; print(json.dumps([sys.argv[1:], "
+            "os.environ['ODD'], os.getcwd()]))", "a b", "it's", "$HOME", '"q"']  # fmt: skip
+    line = shell_command(argv, {"ODD": "x y;$(true)"}, str(tmp_path))
+    login_shell_input = ssh_argv("somehost", line, SshOptions())[-1]
+    done = subprocess.run(["sh", "-c", login_shell_input], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == [
+        ["a b", "it's", "$HOME", '"q"'],
+        "x y;$(true)",
+        str(tmp_path),
+    ]
+
+
+def test_node_side_timeout_backstop() -> None:
+    line = shell_command(["sleep", "30"], timeout_s=1)
+    assert line.startswith("exec timeout --kill-after=15 1s sleep 30")
+    started = time.monotonic()
+    done = subprocess.run(["sh", "-c", line], capture_output=True, timeout=20)
+    assert done.returncode == 124
+    assert time.monotonic() - started < 15
+    with pytest.raises(ValueError, match="invalid environment variable"):
+        shell_command(["true"], {"BAD-NAME": "1"})
+
+
+def test_localhost_runs_without_ssh() -> None:
+    assert remote.host_argv("localhost", "echo hi", SshOptions()) == ["sh", "-c", "echo hi"]
+    done = remote.run_on_host("localhost", "echo hi; echo err >&2", SshOptions(), 10)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "hi\n", "err\n")
+    slow = remote.run_on_host("localhost", "sleep 5", SshOptions(), 0.5)
+    assert slow.returncode == 124 and "timed out after 0.5s" in slow.stderr
+
+
+def _closed_loopback_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.2", 0))
+        return s.getsockname()[1]
+
+
+def test_unreachable_hosts_are_named_with_ssh_reason() -> None:
+    options = SshOptions(port=_closed_loopback_port(), connect_timeout_s=5)
+    remote.check_reachable(["localhost"], options)  # this machine needs no ssh
+    with pytest.raises(remote.HostUnreachableError) as err:
+        remote.check_reachable(["localhost", "127.0.0.2"], options, timeout_s=20)
+    message = str(err.value)
+    assert "cannot reach 1 of 2 host(s)" in message
+    assert "127.0.0.2: ssh: connect to host 127.0.0.2 port" in message
+    assert "Connection refused" in message
+    assert f"ssh -p {options.port} -o BatchMode=yes HOST true" in message
+
+
+# ---------------------------------------------------------------- versions
+
+
+def test_matching_nodes_pass() -> None:
+    infos = {h: node(h, horovod="0.28.1") for h in ("a", "b", "c")}
+    assert compare_versions(infos) == []
+    check_versions(infos)
+
+
+def test_mismatch_names_component_values_and_nodes() -> None:
+    nccl = "2.20.5"
+    infos = {
+        "gpu01": node("gpu01", torch="2.4.1", nccl=nccl, driver="535.183.01", driver_branch="535"),
+        "gpu02": node("gpu02", torch="2.4.1", nccl=nccl, driver="550.54.15", driver_branch="550"),
+        "gpu03": node("gpu03", torch="2.3.0", nccl=nccl, driver="535.161.08", driver_branch="535"),
+    }
+    mismatches = compare_versions(infos)
+    assert [m.component for m in mismatches] == ["torch", "driver_branch"]
+    with pytest.raises(remote.VersionMismatchError) as err:
+        check_versions(infos)
+    message = str(err.value)
+    assert "torch: 2.4.1 on gpu01, gpu02; 2.3.0 on gpu03" in message
+    assert "NVIDIA driver branch: 535 on gpu01, gpu03; 550 on gpu02" in message
+    assert "NCCL" not in message  # same everywhere; driver patch levels do not count
+
+
+def test_a_missing_component_is_a_mismatch_only_when_it_matters() -> None:
+    infos = {"a": node("a", horovod="0.28.1"), "b": node("b")}
+    assert remote.components_for("ddp", gpu=False) == ("torch",)
+    check_versions(infos, remote.components_for("ddp", gpu=False))
+    with pytest.raises(
+        remote.VersionMismatchError, match=r"Horovod: 0\.28\.1 on a; not installed on b"
+    ):
+        check_versions(infos, remote.components_for("horovod", gpu=False))
+    assert remote.components_for("horovod", gpu=True) == (
+        "torch",
+        "horovod",
+        "nccl",
+        "driver_branch",
+    )
+    gpu = {"a": node("a", driver_branch="535"), "b": node("b")}
+    with pytest.raises(remote.VersionMismatchError, match="535 on a; no NVIDIA driver on b"):
+        check_versions(gpu, ["driver_branch"])
+
+
+def test_survey_of_this_machine() -> None:
+    info = remote.survey("127.0.0.1")
+    assert info["hostname"] == socket.gethostname()
+    assert info["python"] == ".".join(map(str, sys.version_info[:3]))
+    assert (info["address"], info["interface"]) == ("127.0.0.1", "lo")
+    import torch
+
+    assert info["torch"] == torch.__version__
+    parsed = remote.parse_survey_output(
+        "here", f"noise\n{remote.SURVEY_MARKER} {json.dumps(info)}\n"
+    )
+    assert parsed.host == "here" and parsed.torch == torch.__version__
+    with pytest.raises(remote.RemoteError, match="printed no result"):
+        remote.parse_survey_output("here", "Traceback ...")
+
+
+def test_unknown_survey_fields_are_ignored() -> None:
+    info = NodeInfo.from_survey("h", {"hostname": "h", "python": "3.12", "new_field": 1})
+    assert info.torch is None and info.gpus == 0
+
+
+def _main(argv: list[str], stdin: str, monkeypatch, capsys) -> tuple[int, str, str]:
+    monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
+    rc = remote.main(argv)
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def _survey_line(label: str, **fields: object) -> str:
+    data = {"hostname": label, "python": "3.11.7", "torch": "2.13.0", "interface": "eth0"}
+    data.update(fields)
+    return f"{label}: {remote.SURVEY_MARKER} {json.dumps(data)}\n"
+
+
+def test_job_step_check_reads_srun_labelled_lines(monkeypatch, capsys) -> None:
+    lines = _survey_line("n1") + _survey_line("n2", interface="ib0") + "n2: unrelated\n"
+    rc, out, err = _main(["check-versions", "--nodes", "2", "--print-interfaces"], lines,
+                         monkeypatch, capsys)  # fmt: skip
+    assert rc == 0 and out.strip() == "eth0,ib0" and "2 node(s) agree" in err
+    rc, _, err = _main(["check-versions", "--nodes", "3"], lines, monkeypatch, capsys)
+    assert rc == 3 and "2 of 3 nodes answered" in err
+    bad = _survey_line("n1") + _survey_line("n2", torch="2.12.0")
+    rc, _, err = _main(["check-versions", "--components", "torch"], bad, monkeypatch, capsys)
+    assert rc == 3 and "torch: 2.13.0 on n1; 2.12.0 on n2" in err
+
+
+def test_survey_exports_for_job_steps_keep_a_users_choice(monkeypatch, capsys) -> None:
+    rc, out, _ = _main(["survey", "127.0.0.1", "--exports", "GLOO_SOCKET_IFNAME"], "",
+                       monkeypatch, capsys)  # fmt: skip
+    assert rc == 0
+    env = {k: v for k, v in os.environ.items() if k != "GLOO_SOCKET_IFNAME"}
+    show = out + 'echo "$GLOO_SOCKET_IFNAME $BENCH_NODE_ADDR"'
+    assert (
+        subprocess.run(["sh", "-c", show], env=env, capture_output=True, text=True).stdout
+        == "lo 127.0.0.1\n"
+    )
+    env["GLOO_SOCKET_IFNAME"] = "ib0"
+    assert (
+        subprocess.run(["sh", "-c", show], env=env, capture_output=True, text=True).stdout
+        == "ib0 127.0.0.1\n"
+    )
+
+
+# ---------------------------------------------------------------- launch commands
+
+
+def test_torchrun_on_every_node_with_one_c10d_rendezvous() -> None:
+    placement = parse_hosts("gpu01:8,gpu02:8")
+    commands = torchrun_node_commands(
+        placement, ["--module", "bench.worker", "--spec", "S"], python=PY, run_id="r1",
+        rdzv_port=29511, env={"OMP_NUM_THREADS": "4"},
+        node_env={"gpu02": {"NCCL_SOCKET_IFNAME": "ens5"}},
+        local_addrs={"gpu01": "10.0.0.1", "gpu02": "10.0.0.2"}, join_timeout_s=60,
+    )  # fmt: skip
+    assert [c.host for c in commands] == ["gpu01", "gpu02"]
+    first, second = commands
+    assert first.argv == (
+        PY, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=8",
+        "--rdzv-backend=c10d", "--rdzv-endpoint=gpu01:29511", "--rdzv-id=r1",
+        "--rdzv-conf=is_host=1,join_timeout=60", "--max-restarts=0", "--local-addr=10.0.0.1",
+        "--module", "bench.worker", "--spec", "S",
+    )  # fmt: skip
+    assert "--rdzv-conf=is_host=0,join_timeout=60" in second.argv
+    assert "--local-addr=10.0.0.2" in second.argv
+    assert not any(a.startswith("--node-rank") for a in first.argv)  # c10d assigns ranks
+    assert first.env == {"OMP_NUM_THREADS": "4"}
+    assert second.env == {"OMP_NUM_THREADS": "4", "NCCL_SOCKET_IFNAME": "ens5"}
+
+
+def test_torchrun_endpoint_brackets_ipv6_and_needs_uniform_nodes() -> None:
+    (command,) = torchrun_node_commands(parse_hosts("[fd00::1]:2"), ["x.py"], python=PY, run_id="r")
+    assert "--rdzv-endpoint=[fd00::1]:29400" in command.argv
+    with pytest.raises(ValueError, match="same ranks on every node"):
+        torchrun_node_commands(parse_hosts("a:2,b:1"), ["x.py"], python=PY, run_id="r")
+
+
+def test_horovodrun_on_the_first_node_starts_all_ranks() -> None:
+    command = horovodrun_command(
+        parse_hosts("gpu01:4,gpu02:4"), [PY, "-m", "bench.worker"], horovodrun="/v/horovodrun",
+        ssh=SshOptions(port=2222, identity_file="/home/u/.ssh/bench", user="not-for-horovodrun"),
+        network_interfaces=["eth0", "eth0", "ib0"], env={"A": "1"},
+    )  # fmt: skip
+    assert command.host == "gpu01"
+    assert command.argv == (
+        "/v/horovodrun", "-np", "8", "-H", "gpu01:4,gpu02:4", "--start-timeout", "120",
+        "--gloo", "-p", "2222", "--ssh-identity-file", "/home/u/.ssh/bench",
+        "--network-interfaces", "eth0,ib0", PY, "-m", "bench.worker",
+    )  # fmt: skip
+    assert command.env == {"A": "1"}
+    plain = horovodrun_command(
+        parse_hosts("a:1"), ["x"], horovodrun="h", ssh=SshOptions(), gloo=False
+    )
+    assert plain.argv == ("h", "-np", "1", "-H", "a:1", "--start-timeout", "120", "x")
+
+
+# ---------------------------------------------------------------- running, cleanup, fetching
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_cleanup_kills_exactly_the_runs_processes() -> None:
+    def start(tag: str) -> subprocess.Popen:
+        # A launcher whose child left its session, as torchrun's workers do.
+        return subprocess.Popen(
+            ["sh", "-c", "setsid sleep 300 & echo $!; exec sleep 300"],
+            env={**os.environ, RUN_TAG_VAR: tag}, stdout=subprocess.PIPE, text=True,
+            start_new_session=True,
+        )  # fmt: skip
+
+    ours, decoy = start("run-a"), start("run-b")
+    assert ours.stdout and decoy.stdout
+    our_child, decoy_child = int(ours.stdout.readline()), int(decoy.stdout.readline())
+    try:
+        results = remote.kill_run(["localhost"], "run-a", SshOptions(), grace_s=5)
+        assert results["localhost"].returncode == 0
+        ours.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while _alive(our_child) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(our_child)
+        assert decoy.poll() is None and _alive(decoy_child)
+    finally:
+        for pid in (decoy.pid, decoy_child, our_child):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        decoy.wait(timeout=10)
+    with pytest.raises(ValueError, match="unsafe run id"):
+        remote.kill_script("x; rm -rf /", 1)
+
+
+def test_a_failing_node_stops_the_others(tmp_path: Path) -> None:
+    commands = [
+        NodeCommand("localhost", ("sh", "-c", "echo 'RuntimeError: node died'; exit 3")),
+        NodeCommand("localhost", ("sleep", "300")),
+    ]
+    result = remote.run_on_nodes(
+        commands, SshOptions(), run_id="gsb-unit-fail", timeout_s=60, log_dir=tmp_path,
+        failure_grace_s=0.5, kill_grace_s=2,
+    )  # fmt: skip
+    assert not result.ok and not result.timed_out
+    failed, stopped = result.outcomes
+    assert failed.returncode == 3 and not failed.stopped
+    assert stopped.stopped and stopped.returncode != 0
+    assert result.wall_s < 30
+    summary = result.failure_summary()
+    assert "localhost: exited with rc=3: RuntimeError: node died" in summary
+    assert "localhost: stopped after another node failed" in summary
+    assert (tmp_path / "node0-localhost.log").read_text() == "RuntimeError: node died\n"
+
+
+def test_an_overrunning_run_times_out_on_every_node(tmp_path: Path) -> None:
+    commands = [NodeCommand("localhost", ("sleep", "300"), {"X": "1"})]
+    result = remote.run_on_nodes(
+        commands, SshOptions(), run_id="gsb-unit-timeout", timeout_s=0.5, log_dir=tmp_path,
+        kill_grace_s=2,
+    )  # fmt: skip
+    assert result.timed_out and not result.ok
+    assert result.outcomes[0].timed_out
+    assert "timed out" in result.failure_summary()
+
+
+def test_success_needs_no_cleanup(tmp_path: Path) -> None:
+    commands = [
+        NodeCommand("localhost", ("sh", "-c", 'echo "$X $GPUSTACK_BENCH_RUN $PWD"'), {"X": "1"})
+    ]
+    result = remote.run_on_nodes(
+        commands, SshOptions(), run_id="gsb-unit-ok", timeout_s=30, log_dir=tmp_path / "logs",
+        workdir=str(tmp_path),
+    )  # fmt: skip
+    assert result.ok and result.cleanup == {}
+    assert result.outcomes[0].output() == f"1 gsb-unit-ok {tmp_path}\n"
+
+
+def test_fetch_from_this_machine_and_scratch_guard(tmp_path: Path) -> None:
+    source = tmp_path / "src"
+    (source / "sub").mkdir(parents=True)
+    (source / "rank0.json").write_text("{}")
+    (source / "sub" / "log.txt").write_text("x")
+    files = remote.fetch_dir("localhost", str(source), tmp_path / "dest", SshOptions())
+    assert [p.relative_to(tmp_path / "dest").as_posix() for p in files] == [
+        "rank0.json",
+        "sub/log.txt",
+    ]
+    with pytest.raises(remote.FetchError, match="no result directory"):
+        remote.fetch_dir("localhost", str(tmp_path / "none"), tmp_path / "d2", SshOptions())
+    for bad in ("/tmp/other", remote.REMOTE_SCRATCH + "/../etc", "/"):
+        with pytest.raises(ValueError, match="refusing to delete"):
+            remote.remove_remote_dir("localhost", bad, SshOptions())
+    assert remote.remote_run_dir("r1", "gpu01") == f"{remote.REMOTE_SCRATCH}/r1/gpu01"
+
+
+def test_failure_reasons_from_launcher_output() -> None:
+    torchrun = """
+[rank1]: RuntimeError: [pair.cc:537] Read error [10.0.0.2]:26796: Connection reset by peer
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-21_23:37:05
+  host      : gpu02
+  rank      : 1 (local_rank: 0)
+  exitcode  : -9 (pid: 21452)
+  traceback : Signal 9 (SIGKILL) received by PID 21452
+============================================================
+"""
+    assert failure_reason(torchrun) == (
+        "RuntimeError: [pair.cc:537] Read error [10.0.0.2]:26796: Connection reset by peer; "
+        "rank 1 (local_rank: 0) host gpu02: exitcode -9 (pid: 21452)"
+    )
+    horovod = (
+        "RuntimeError: Horovod detected that one or more processes exited\n"
+        "Process name: 1\nExit code: 137\n"
+    )
+    assert failure_reason(horovod).endswith("; process name 1, exit code 137")
+    assert failure_reason("just a line\n=====\n") == "just a line"
+    assert failure_reason("") == "(no output)"
+    assert len(failure_reason("ValueError: " + "x" * 1000)) == 400
+
+
+def test_run_id_is_fresh_and_shell_safe() -> None:
+    first, second = remote.new_run_id(), remote.new_run_id()
+    assert first != second
+    assert shlex.quote(first) == first
