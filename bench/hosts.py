@@ -16,11 +16,16 @@ IPv6 addresses go in brackets when a slot count follows: `[fd00::5]:8`.
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import ipaddress
 import re
+import shlex
 import socket
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from bench.plan import LOCAL_HOST, HostSlots, Placement, default_rank_counts
 
@@ -236,3 +241,187 @@ def local_addresses() -> set[str]:
 
 def is_local_host(name: str) -> bool:
     return name in local_names()
+
+
+# --------------------------------------------------------------------------------------------
+# The multi-node part of a sweep's configuration (saved in sweep.json with the rest)
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """Where a multi-node sweep runs and how the bench reaches the nodes.
+
+    Either hosts (reached over ssh) or slurm (nodes allocated per configuration by Slurm). Plain
+    data, so it round-trips through sweep.json for --resume; bench.remote and bench.slurm turn
+    it into ssh and Slurm options.
+    """
+
+    hosts: tuple[tuple[str, int], ...]
+    node_counts: tuple[int, ...]
+    gpus_per_node: tuple[int, ...]
+    slurm: bool = False
+    ssh_user: str | None = None
+    ssh_port: int | None = None
+    ssh_identity_file: str | None = None
+    ssh_config: str | None = None
+    ssh_options: tuple[str, ...] = ()
+    network_interface: str | None = None
+    remote_python: str = ""
+    remote_workdir: str = ""
+    rdzv_port: int = 29400
+    slurm_partition: str | None = None
+    slurm_account: str | None = None
+    slurm_args: tuple[str, ...] = ()
+    slurm_submit: str = "sbatch"
+
+    @property
+    def placement(self) -> Placement:
+        return tuple(HostSlots(h, s) for h, s in self.hosts)
+
+    def placements(self) -> list[Placement]:
+        """Every configuration's placement: the node-count x ranks-per-node grid. Slurm picks
+        the nodes when the job starts, so there the hosts are stand-ins, slurm-node1, ..."""
+        if self.slurm:
+            return [
+                tuple(HostSlots(f"{SLURM_NODE_PREFIX}{i + 1}", g) for i in range(k))
+                for k in self.node_counts
+                for g in self.gpus_per_node
+            ]
+        return plan_node_sweep(self.placement, self.node_counts, self.gpus_per_node)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ClusterConfig:
+        fields = dict(data)
+        fields["hosts"] = tuple((str(h), int(s)) for h, s in fields["hosts"])
+        for name in ("node_counts", "gpus_per_node", "ssh_options", "slurm_args"):
+            fields[name] = tuple(fields[name])
+        return cls(**fields)
+
+
+SLURM_NODE_PREFIX = "slurm-node"
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers, got {text!r}"
+        ) from None
+    if not values:
+        raise argparse.ArgumentTypeError("expected at least one value")
+    return values
+
+
+def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
+    """The multi-node options of python -m bench.scaling."""
+    group = parser.add_argument_group(
+        "multi-node",
+        "Sweep node counts as well as GPUs per node: torchrun on every node with a c10d "
+        "rendezvous on the first (started over ssh), horovodrun -H from the first node, or one "
+        "Slurm job per configuration with --slurm.",
+    )
+    add = group.add_argument
+    where = group.add_mutually_exclusive_group()
+    where.add_argument("--hosts", help="nodes and their GPUs (ranks), e.g. node1:8,node2:8")
+    where.add_argument("--hostfile", type=Path,
+                       help="MPI/Horovod hostfile: 'node1 slots=8' or 'node1:8' lines")  # fmt: skip
+    where.add_argument("--slurm", action="store_true",
+                       help="run each configuration as a Slurm job (sbatch --wait)")  # fmt: skip
+    add(
+        "--nodes",
+        dest="node_counts",
+        type=_int_list,
+        help="node counts to sweep [default: 1,2,4,... up to all hosts; required with --slurm]",
+    )
+    add(
+        "--gpus-per-node",
+        dest="gpus_per_node",
+        type=_int_list,
+        help="ranks per node to sweep [default: 1,2,4,... up to the smallest host's slots; "
+        "1 with --slurm on CPU]",
+    )
+    add("--ssh-user", help="ssh user on the nodes [default: yours / ~/.ssh/config]")
+    add("--ssh-port", type=int, help="sshd port of every node [default: 22 / ~/.ssh/config]")
+    add("--ssh-identity-file", help="private key for ssh to the nodes (also given to horovodrun)")
+    add("--ssh-config", help="ssh client config file (ssh -F)")
+    add(
+        "--ssh-option",
+        dest="ssh_options",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra ssh -o option, repeatable (e.g. UserKnownHostsFile=/path)",
+    )
+    add(
+        "--network-interface",
+        help="interface for NCCL/Gloo traffic on every node [default: the one routing to the "
+        "first node, found on each node]",
+    )
+    add("--remote-python", help="Python on the nodes [default: this interpreter's path]")
+    add("--remote-workdir", help="bench checkout on the nodes [default: this checkout's path]")
+    add("--rdzv-port", type=int, default=29400, help="c10d rendezvous port on the first node")
+    add("--slurm-partition")
+    add("--slurm-account")
+    add("--slurm-args", default="", help="more sbatch options, e.g. '--qos=bench --exclusive'")
+    add("--slurm-submit", choices=("sbatch", "salloc"), default="sbatch",
+        help="sbatch --wait (batch) or salloc (interactive allocation)")  # fmt: skip
+
+
+CLUSTER_DESTS = (
+    "hosts", "hostfile", "slurm", "node_counts", "gpus_per_node", "ssh_user", "ssh_port",
+    "ssh_identity_file", "ssh_config", "ssh_options", "network_interface", "remote_python",
+    "remote_workdir", "rdzv_port", "slurm_partition", "slurm_account", "slurm_args",
+    "slurm_submit",
+)  # fmt: skip
+
+
+def cluster_from_args(args: argparse.Namespace, python: str, workdir: str) -> ClusterConfig | None:
+    """The ClusterConfig the options describe, None for a single-node sweep.
+
+    Raises HostSpecError for a host list, hostfile or grid that cannot work.
+    """
+    if not (args.hosts or args.hostfile or args.slurm):
+        options = {"node_counts": "--nodes", "gpus_per_node": "--gpus-per-node"}
+        given = [flag for dest, flag in options.items() if getattr(args, dest)]
+        if given:
+            raise HostSpecError(f"{', '.join(given)} need --hosts, --hostfile or --slurm")
+        return None
+    if args.slurm:
+        if not args.node_counts:
+            raise HostSpecError("--slurm needs --nodes (the node counts to sweep, e.g. 1,2)")
+        hosts: Placement = ()
+        node_counts = tuple(sorted(set(args.node_counts)))
+        gpus = tuple(sorted(set(args.gpus_per_node or (1,))))
+        if min(node_counts) < 1 or min(gpus) < 1:
+            raise HostSpecError("--nodes and --gpus-per-node must be >= 1")
+    else:
+        hosts = parse_hostfile(args.hostfile) if args.hostfile else parse_hosts(args.hosts)
+        plans = plan_node_sweep(hosts, args.node_counts, args.gpus_per_node)
+        node_counts = tuple(sorted({len(p) for p in plans}))
+        gpus = tuple(sorted({p[0].slots for p in plans}))
+    for option in args.ssh_options:
+        if "=" not in option:
+            raise HostSpecError(f"--ssh-option {option!r}: expected KEY=VALUE")
+    return ClusterConfig(
+        hosts=tuple((h.host, h.slots) for h in hosts),
+        node_counts=node_counts,
+        gpus_per_node=gpus,
+        slurm=bool(args.slurm),
+        ssh_user=args.ssh_user,
+        ssh_port=args.ssh_port,
+        ssh_identity_file=args.ssh_identity_file,
+        ssh_config=args.ssh_config,
+        ssh_options=tuple(args.ssh_options),
+        network_interface=args.network_interface,
+        remote_python=args.remote_python or python,
+        remote_workdir=args.remote_workdir or workdir,
+        rdzv_port=args.rdzv_port,
+        slurm_partition=args.slurm_partition,
+        slurm_account=args.slurm_account,
+        slurm_args=tuple(shlex.split(args.slurm_args)),
+        slurm_submit=args.slurm_submit,
+    )

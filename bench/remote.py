@@ -37,8 +37,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Literal
 
-from bench.hosts import host_names, is_local_host, is_uniform, parse_hosts
-from bench.plan import Placement, format_hosts
+from bench.config import Environment, HorovodStatus
+from bench.hosts import ClusterConfig, host_names, is_local_host, parse_hosts
+from bench.launch import ExecResult, NodeCommand, Tools
+from bench.plan import Placement
 
 RUN_TAG_VAR = "GPUSTACK_BENCH_RUN"
 DEFAULT_RDZV_PORT = 29400
@@ -489,20 +491,6 @@ def components_for(engine: str, gpu: bool) -> tuple[str, ...]:
     return tuple(components)
 
 
-# --------------------------------------------------------------------------------------------
-# Launch commands
-
-
-@dataclass(frozen=True)
-class NodeCommand:
-    """A command line to start on one host (over ssh unless the host is this machine), with the
-    environment it needs on top of the host's. Same shape as bench.launch.NodeCommand."""
-
-    host: str
-    argv: tuple[str, ...]
-    env: Mapping[str, str] = field(default_factory=dict)
-
-
 def new_run_id(prefix: str = "gsb") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:12]}"
 
@@ -514,87 +502,6 @@ def endpoint(host: str, port: int) -> str:
 def socket_ifname_var(gpu: bool) -> str:
     """The variable that pins the collective library to an interface."""
     return "NCCL_SOCKET_IFNAME" if gpu else "GLOO_SOCKET_IFNAME"
-
-
-def torchrun_node_commands(
-    placement: Placement,
-    entry: Sequence[str],
-    *,
-    python: str,
-    run_id: str,
-    rdzv_port: int = DEFAULT_RDZV_PORT,
-    env: Mapping[str, str] | None = None,
-    node_env: Mapping[str, Mapping[str, str]] | None = None,
-    local_addrs: Mapping[str, str] | None = None,
-    join_timeout_s: int = 120,
-) -> list[NodeCommand]:
-    """torchrun on every node of the placement, meeting at a c10d rendezvous on the first one.
-
-    entry is what torchrun starts per rank, e.g. ["-m", "bench.worker", ...]. Ranks are
-    assigned by the rendezvous, so --node-rank is not passed (torchrun ignores it with c10d).
-    local_addrs pins each node's advertised address (--local-addr), which is what the other
-    nodes connect to; without it torchrun uses the node's FQDN.
-    """
-    if not is_uniform(placement):
-        raise ValueError(
-            f"torchrun needs the same ranks on every node, got {format_hosts(placement)}"
-        )
-    first = placement[0].host
-    commands = []
-    for index, slot in enumerate(placement):
-        is_host = 1 if index == 0 else 0
-        argv = [
-            python, "-m", "torch.distributed.run",
-            f"--nnodes={len(placement)}",
-            f"--nproc-per-node={slot.slots}",
-            "--rdzv-backend=c10d",
-            f"--rdzv-endpoint={endpoint(first, rdzv_port)}",
-            f"--rdzv-id={run_id}",
-            # is_host: the first node runs the rendezvous store whatever its name resolves to.
-            f"--rdzv-conf=is_host={is_host},join_timeout={join_timeout_s}",
-            "--max-restarts=0",
-        ]  # fmt: skip
-        if local_addrs and slot.host in local_addrs:
-            argv.append(f"--local-addr={local_addrs[slot.host]}")
-        argv += list(entry)
-        merged = {**(env or {}), **((node_env or {}).get(slot.host, {}))}
-        commands.append(NodeCommand(slot.host, tuple(argv), merged))
-    return commands
-
-
-def horovodrun_command(
-    placement: Placement,
-    entry: Sequence[str],
-    *,
-    horovodrun: str,
-    ssh: SshOptions,
-    gloo: bool = True,
-    network_interfaces: Sequence[str] = (),
-    env: Mapping[str, str] | None = None,
-    start_timeout_s: int = 120,
-) -> NodeCommand:
-    """horovodrun -np N -H a:g,b:g on the first node; it starts every rank, remote ones over ssh.
-
-    entry is the full per-rank command (python -m bench.worker ...). horovodrun takes the ssh
-    port and identity file but no user or host-key options: those come from ~/.ssh/config on
-    the first node (playbooks/bench.yml writes known_hosts there).
-    """
-    argv = [
-        horovodrun,
-        "-np", str(sum(h.slots for h in placement)),
-        "-H", format_hosts(placement),
-        "--start-timeout", str(start_timeout_s),
-    ]  # fmt: skip
-    if gloo:
-        argv.append("--gloo")
-    if ssh.port is not None:
-        argv += ["-p", str(ssh.port)]
-    if ssh.identity_file:
-        argv += ["--ssh-identity-file", ssh.identity_file]
-    if network_interfaces:
-        argv += ["--network-interfaces", ",".join(dict.fromkeys(network_interfaces))]
-    argv += list(entry)
-    return NodeCommand(placement[0].host, tuple(argv), dict(env or {}))
 
 
 # --------------------------------------------------------------------------------------------
@@ -859,6 +766,190 @@ def remove_remote_dir(
         # The run's directory goes too once its last node directory is gone.
         command += f" && (rmdir {shlex.quote(parent)} 2>/dev/null || true)"
     run_on_host(host, command, options, timeout_s)
+
+
+# --------------------------------------------------------------------------------------------
+# A sweep over --hosts: the executor bench.scaling hands every launch to
+
+# Variables of the sweep's own environment that reach every rank on every node, as they would
+# reach local ranks: the collective libraries' settings and the bench's test switches.
+FORWARDED_PREFIXES = ("NCCL_", "GLOO_", "HOROVOD_", "TORCH_NCCL_", "TORCH_DISTRIBUTED_", "UCX_",
+                      "BENCH_")  # fmt: skip
+
+
+def ssh_options_for(cluster: ClusterConfig) -> SshOptions:
+    return SshOptions(
+        user=cluster.ssh_user,
+        port=cluster.ssh_port,
+        identity_file=cluster.ssh_identity_file,
+        config_file=cluster.ssh_config,
+        extra_options=cluster.ssh_options,
+    )
+
+
+class SshCluster:
+    """Runs a sweep's launches across --hosts over ssh.
+
+    Before the sweep: every host answers over ssh and runs the bench's Python, and the software
+    that must match does (survey). For each launch it supplies what bench.launch cannot know
+    from here (each node's address and interface toward the rendezvous host, horovodrun's ssh
+    options), runs the commands on their nodes with run_on_nodes, copies each node's per-rank
+    logs back, and returns one ExecResult whose output holds every node's output.
+    """
+
+    def __init__(self, cluster: ClusterConfig, environ: Mapping[str, str] = os.environ) -> None:
+        self.cluster = cluster
+        self.ssh = ssh_options_for(cluster)
+        self.tools = Tools(
+            python=cluster.remote_python,
+            horovodrun=str(Path(cluster.remote_python).with_name("horovodrun")),
+        )
+        self.rdzv_port = cluster.rdzv_port
+        self.infos: dict[str, NodeInfo] = {}
+        self.gpu = False
+        self.forwarded = {k: v for k, v in environ.items() if k.startswith(FORWARDED_PREFIXES)}
+        self.session = new_run_id("sweep")
+        self.launches = 0
+
+    # ---- before the sweep
+
+    def survey(self, timeout_s: float = 180) -> dict[str, NodeInfo]:
+        """Reachability, then every node's versions and route to the first host."""
+        names = host_names(self.cluster.placement)
+        check_reachable(names, self.ssh)
+        self.infos = collect_node_info(
+            names, self.ssh, self.cluster.remote_python,
+            workdir=self.cluster.remote_workdir, timeout_s=timeout_s,
+        )  # fmt: skip
+        return self.infos
+
+    def environment(self, local: Environment) -> Environment:
+        """What the nodes offer, in the shape validation expects (the smallest node counts)."""
+        infos = list(self.infos.values())
+        gpus = min(i.gpus for i in infos)
+        capability = min((i.gpu_capability or (0, 0)) for i in infos)
+        missing = [i.host for i in infos if not i.horovod]
+        horovod = (
+            HorovodStatus(False, reason=f"Horovod is not installed on {', '.join(missing)}")
+            if missing
+            else HorovodStatus(True, infos[0].horovod or "", nccl_built=None)
+        )
+        return dataclasses.replace(
+            local,
+            device="cuda" if gpus > 0 else "cpu",
+            gpu_count=gpus,
+            gpu_name=infos[0].gpu_name,
+            bf16_supported=capability >= (8, 0),
+            tf32_supported=capability >= (8, 0),
+            cores=min(i.cores for i in infos) or local.cores,
+            horovod=horovod,
+        )
+
+    def check(self, launchers: Sequence[str], device: str) -> None:
+        """Refuse to launch when the nodes differ in what these launchers depend on."""
+        self.gpu = device == "cuda"
+        components = dict.fromkeys(c for x in launchers for c in components_for(x, self.gpu))
+        check_versions(self.infos, components)
+
+    # ---- what bench.launch adds per launch
+
+    def _interface(self, host: str) -> str | None:
+        return self.cluster.network_interface or self.infos[host].interface
+
+    def torchrun_args(self, placement: Placement) -> dict[str, list[str]]:
+        """Per node: whether it hosts the c10d store, and the address it advertises (the one
+        the other nodes reach it on, rather than whatever its hostname resolves to)."""
+        self.launches += 1
+        args = {}
+        for index, node in enumerate(placement):
+            extra = [f"--rdzv-conf=is_host={1 if index == 0 else 0}"]
+            address = self.infos[node.host].address
+            if address:
+                extra.append(f"--local-addr={address}")
+            # Each rank's output also goes to a file on its node (fetched after the run);
+            # the console copy is what carries rank 0's result back over ssh.
+            log_dir = remote_run_dir(f"{self.session}-{self.launches}", node.host)
+            args[node.host] = [*extra, f"--log-dir={log_dir}", "--tee=3"]
+        return args
+
+    def node_env(self, placement: Placement) -> dict[str, dict[str, str]]:
+        """Per node: the interface NCCL/Gloo use, the checkout on the node, forwarded settings."""
+        env = {}
+        for node in placement:
+            values = {**self.forwarded, "PYTHONPATH": self.cluster.remote_workdir}
+            interface = self._interface(node.host)
+            if interface:
+                values.setdefault(socket_ifname_var(self.gpu), interface)
+            env[node.host] = values
+        return env
+
+    def horovodrun_args(self, placement: Placement) -> list[str]:
+        """horovodrun's own ssh to the other nodes: port, key, and the interfaces to use."""
+        args: list[str] = []
+        if self.ssh.port is not None:
+            args += ["-p", str(self.ssh.port)]
+        if self.ssh.identity_file:
+            args += ["--ssh-identity-file", self.ssh.identity_file]
+        interfaces = [i for i in dict.fromkeys(self._interface(n.host) for n in placement) if i]
+        if interfaces:
+            args += ["--network-interfaces", ",".join(interfaces)]
+        return args
+
+    def interfaces_seen(self, placement: Placement) -> dict[str, str]:
+        """The interface variable as the ranks got it, for the interconnect column."""
+        names = [i for i in dict.fromkeys(self._interface(n.host) for n in placement) if i]
+        return {socket_ifname_var(self.gpu): ",".join(names)} if names else {}
+
+    # ---- the executor
+
+    def fetch_rank_logs(self, commands: Sequence[NodeCommand], into: Path) -> list[str]:
+        """Copy each node's per-rank log directory (torchrun --log-dir) to into/<host>/ and
+        delete it on the node; returns the problems (a dead node cannot hand its logs over)."""
+        problems = []
+        for command in commands:
+            log_dir = next(
+                (a.split("=", 1)[1] for a in command.argv if a.startswith("--log-dir=")), None
+            )
+            if not log_dir:
+                continue
+            try:
+                fetch_dir(command.host, log_dir, into / command.host, self.ssh, timeout_s=120)
+            except FetchError as err:
+                problems.append(f"rank logs not fetched: {err}")
+            remove_remote_dir(command.host, log_dir, self.ssh)
+        return problems
+
+    def __call__(
+        self, commands: Sequence[NodeCommand], timeout_s: float, log_path: Path
+    ) -> ExecResult:
+        run_id = new_run_id()
+        node_dir = log_path.with_suffix(".nodes")
+        result = run_on_nodes(
+            commands, self.ssh, run_id=run_id, timeout_s=timeout_s, log_dir=node_dir,
+            workdir=self.cluster.remote_workdir,
+        )  # fmt: skip
+        parts = []
+        for command, outcome in zip(commands, result.outcomes, strict=True):
+            parts.append(f"$ [{command.host}] {shlex.join(command.argv)}\n{outcome.output()}")
+        summary = result.failure_summary()
+        if summary:
+            parts.append("".join(f"bench: {line}\n" for line in summary.splitlines()))
+        parts += [f"bench: cleanup on {h}: {what}\n" for h, what in result.cleanup.items()]
+        parts += [f"bench: {problem}\n" for problem in self.fetch_rank_logs(commands, node_dir)]
+        output = "".join(parts)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log_path.write_text(output)
+        if result.timed_out:
+            returncode = None
+        elif result.ok:
+            returncode = 0
+        else:
+            failed = [o.returncode for o in result.outcomes if o.returncode not in (0, None)]
+            returncode = failed[0] if failed else 1
+        hosts = [c.host for c in commands] + _extra_hosts(commands)
+        environ = self.interfaces_seen(tuple(h for h in self.cluster.placement if h.host in hosts))
+        return ExecResult(returncode, result.timed_out, result.wall_s, output, log_path,
+                          environ=environ)  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------

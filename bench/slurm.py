@@ -24,12 +24,22 @@ import shlex
 import subprocess
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from bench.remote import RUN_TAG_VAR, SshOptions, components_for, run_on_host, socket_ifname_var
+from bench.hosts import ClusterConfig, parse_hosts
+from bench.launch import ExecResult, NodeCommand, Tools
+from bench.plan import Placement
+from bench.remote import (
+    RUN_TAG_VAR,
+    SshOptions,
+    components_for,
+    run_on_host,
+    socket_ifname_var,
+    ssh_options_for,
+)
 
 # Startup (imports, rendezvous, the survey step) on top of the run's own timeout when asking
 # Slurm for a time limit.
@@ -354,3 +364,95 @@ def submit(run: SlurmRun, options: SlurmOptions, ssh: SshOptions | None = None) 
     output = _read_output(run, job_id, record, ssh) if sbatch else submit_output
     timed_out = timed_out or state == "TIMEOUT"
     return SlurmOutcome(job_id, proc.returncode, state, output, wall, timed_out)
+
+
+# --------------------------------------------------------------------------------------------
+# A sweep with --slurm: the executor bench.scaling hands every launch to
+
+_JOB_NODES = re.compile(r"^bench: job \S+ on (.+?) \(batch host", re.MULTILINE)
+_JOB_INTERFACES = re.compile(r"^bench: interfaces to \S+: (\S*)$", re.MULTILINE)
+
+
+def slurm_options_for(cluster: ClusterConfig) -> SlurmOptions:
+    return SlurmOptions(
+        partition=cluster.slurm_partition,
+        account=cluster.slurm_account,
+        extra_args=cluster.slurm_args,
+        submit="salloc" if cluster.slurm_submit == "salloc" else "sbatch",
+    )
+
+
+class SlurmCluster:
+    """Runs a sweep's launches as Slurm jobs, one job per launch.
+
+    bench.launch builds the same commands as for --hosts; this executor takes from them what
+    each rank runs and how many nodes and ranks per node the launch wants, and the job script
+    does the rest on the nodes Slurm picks (it has no per-node arguments to add beforehand).
+    """
+
+    def __init__(self, cluster: ClusterConfig, device: str) -> None:
+        self.cluster = cluster
+        self.options = slurm_options_for(cluster)
+        self.ssh = ssh_options_for(cluster)
+        self.tools = Tools(
+            python=cluster.remote_python,
+            horovodrun=str(Path(cluster.remote_python).with_name("horovodrun")),
+        )
+        self.rdzv_port = cluster.rdzv_port
+        self.gpu = device == "cuda"
+
+    def torchrun_args(self, placement: Placement) -> dict[str, list[str]]:
+        return {}
+
+    def node_env(self, placement: Placement) -> dict[str, dict[str, str]]:
+        return {}
+
+    def horovodrun_args(self, placement: Placement) -> list[str]:
+        return []
+
+    def slurm_run(
+        self, commands: Sequence[NodeCommand], timeout_s: float, log_path: Path
+    ) -> SlurmRun:
+        """The job for one launch, from the commands bench.launch built for it."""
+        argv = list(commands[0].argv)
+        # The job script sets PYTHONPATH to the checkout on the nodes; sbatch passes the rest of
+        # the submitting environment through.
+        env = {k: v for k, v in commands[0].env.items() if k != "PYTHONPATH"}
+        if "torch.distributed.run" in argv:
+            launcher, nodes = "ddp", len(commands)
+            per_node = int(
+                next(a.split("=", 1)[1] for a in argv if a.startswith("--nproc-per-node="))
+            )
+            entry = argv[argv.index("--module") :]
+        else:
+            launcher = "horovod"
+            placement = parse_hosts(argv[argv.index("-H") + 1])
+            nodes, per_node = len(placement), placement[0].slots
+            entry = argv[argv.index(self.tools.python) :]
+        return SlurmRun(
+            run_id=log_path.stem, launcher=launcher, nodes=nodes, ranks_per_node=per_node,
+            entry=tuple(entry), python=self.tools.python, workdir=self.cluster.remote_workdir,
+            run_dir=str(log_path.parent.parent / "slurm"), timeout_s=timeout_s, gpu=self.gpu,
+            env=env, rdzv_port=self.rdzv_port, horovodrun=self.tools.horovodrun, ssh=self.ssh,
+        )  # fmt: skip
+
+    def __call__(
+        self, commands: Sequence[NodeCommand], timeout_s: float, log_path: Path
+    ) -> ExecResult:
+        run = self.slurm_run(commands, timeout_s, log_path)
+        outcome = submit(run, self.options)
+        header = f"bench: slurm job {outcome.job_id or '(not submitted)'}: {outcome.state}"
+        output = f"{header}\n{outcome.output}"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log_path.write_text(output)
+        nodes = _JOB_NODES.search(outcome.output)
+        hosts = (
+            ",".join(f"{n}:{run.ranks_per_node}" for n in nodes.group(1).split()) if nodes else ""
+        )
+        interfaces = _JOB_INTERFACES.search(outcome.output)
+        environ = {socket_ifname_var(self.gpu): interfaces.group(1)} if interfaces else {}
+        returncode = None if outcome.timed_out else 0 if outcome.ok else outcome.returncode or 1
+        return ExecResult(
+            returncode, outcome.timed_out, outcome.wall_s, output, log_path,
+            environ=environ, hosts=hosts,
+        )  # fmt: skip

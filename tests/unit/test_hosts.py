@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import argparse
+import json
 import socket
 from pathlib import Path
 
 import pytest
 
 from bench.hosts import (
+    ClusterConfig,
     HostSpecError,
+    add_cluster_arguments,
     check_placement,
+    cluster_from_args,
     host_names,
     is_local_host,
     is_single_local,
@@ -162,3 +167,57 @@ def test_this_machine_is_recognised_by_name_and_address() -> None:
     assert not is_local_host("node-that-is-not-this-machine.invalid")
     assert is_single_local((HostSlots("localhost", 2),))
     assert not is_single_local((HostSlots("localhost", 1), HostSlots("other.invalid", 1)))
+
+
+def cluster_args(argv: list[str]) -> ClusterConfig | None:
+    parser = argparse.ArgumentParser()
+    add_cluster_arguments(parser)
+    return cluster_from_args(parser.parse_args(argv), python="/env/bin/python", workdir="/srv/b")
+
+
+def test_no_hosts_means_a_single_node_sweep() -> None:
+    assert cluster_args([]) is None
+    with pytest.raises(HostSpecError, match="--nodes, --gpus-per-node need --hosts"):
+        cluster_args(["--nodes", "2", "--gpus-per-node", "1"])
+
+
+def test_hosts_make_a_grid_that_survives_sweep_json(tmp_path: Path) -> None:
+    cluster = cluster_args([
+        "--hosts", "n1:4,n2:4", "--gpus-per-node", "1,4", "--ssh-port", "2222",
+        "--ssh-option", "UserKnownHostsFile=/k", "--network-interface", "ib0",
+    ])  # fmt: skip
+    assert cluster is not None
+    assert (cluster.node_counts, cluster.gpus_per_node) == ((1, 2), (1, 4))
+    assert (cluster.remote_python, cluster.remote_workdir) == ("/env/bin/python", "/srv/b")
+    assert [format_hosts(p) for p in cluster.placements()] == [
+        "n1:1",
+        "n1:4",
+        "n1:1,n2:1",
+        "n1:4,n2:4",
+    ]
+    again = ClusterConfig.from_dict(json.loads(json.dumps(cluster.to_dict())))
+    assert again == cluster
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("n1 slots=2\nn2 slots=2\n")
+    from_file = cluster_args(["--hostfile", str(hostfile), "--nodes", "2"])
+    assert from_file is not None and from_file.hosts == (("n1", 2), ("n2", 2))
+
+
+def test_slurm_grid_uses_stand_in_hosts_until_the_job_runs() -> None:
+    with pytest.raises(HostSpecError, match="--slurm needs --nodes"):
+        cluster_args(["--slurm"])
+    cluster = cluster_args(["--slurm", "--nodes", "2,1", "--slurm-args", "--qos=bench --exclusive"])
+    assert cluster is not None and cluster.slurm and cluster.hosts == ()
+    assert cluster.slurm_args == ("--qos=bench", "--exclusive")
+    assert [format_hosts(p) for p in cluster.placements()] == [
+        "slurm-node1:1", "slurm-node1:1,slurm-node2:1",
+    ]  # fmt: skip
+
+
+def test_bad_cluster_options_are_errors() -> None:
+    with pytest.raises(HostSpecError, match="expected KEY=VALUE"):
+        cluster_args(["--hosts", "a:1", "--ssh-option", "BatchMode"])
+    with pytest.raises(HostSpecError, match=r"node count 3 is outside 1\.\.2"):
+        cluster_args(["--hosts", "a:1,b:1", "--nodes", "3"])
+    with pytest.raises(SystemExit):  # argparse: --hosts and --slurm exclude each other
+        cluster_args(["--hosts", "a:1", "--slurm"])

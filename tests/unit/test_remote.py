@@ -7,6 +7,7 @@ through sh instead of ssh) or ssh to a closed loopback port.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import json
 import os
@@ -21,22 +22,23 @@ from pathlib import Path
 import pytest
 
 from bench import remote
-from bench.hosts import parse_hosts
+from bench.config import Environment, HorovodStatus
+from bench.hosts import ClusterConfig, parse_hosts
+from bench.launch import NodeCommand
 from bench.remote import (
     RUN_TAG_VAR,
-    NodeCommand,
     NodeInfo,
+    SshCluster,
     SshOptions,
     check_versions,
     compare_versions,
     failure_reason,
-    horovodrun_command,
     shell_command,
     ssh_argv,
-    torchrun_node_commands,
 )
 
 PY = "/venv/bin/python"
+TWO = parse_hosts("gpu01:8,gpu02:8")
 
 
 def node(host: str, **fields: object) -> NodeInfo:
@@ -243,56 +245,84 @@ def test_survey_exports_for_job_steps_keep_a_users_choice(monkeypatch, capsys) -
     )
 
 
-# ---------------------------------------------------------------- launch commands
+# ---------------------------------------------------------------- what a cluster adds per launch
 
 
-def test_torchrun_on_every_node_with_one_c10d_rendezvous() -> None:
-    placement = parse_hosts("gpu01:8,gpu02:8")
-    commands = torchrun_node_commands(
-        placement, ["--module", "bench.worker", "--spec", "S"], python=PY, run_id="r1",
-        rdzv_port=29511, env={"OMP_NUM_THREADS": "4"},
-        node_env={"gpu02": {"NCCL_SOCKET_IFNAME": "ens5"}},
-        local_addrs={"gpu01": "10.0.0.1", "gpu02": "10.0.0.2"}, join_timeout_s=60,
-    )  # fmt: skip
-    assert [c.host for c in commands] == ["gpu01", "gpu02"]
-    first, second = commands
-    assert first.argv == (
-        PY, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=8",
-        "--rdzv-backend=c10d", "--rdzv-endpoint=gpu01:29511", "--rdzv-id=r1",
-        "--rdzv-conf=is_host=1,join_timeout=60", "--max-restarts=0", "--local-addr=10.0.0.1",
-        "--module", "bench.worker", "--spec", "S",
-    )  # fmt: skip
-    assert "--rdzv-conf=is_host=0,join_timeout=60" in second.argv
-    assert "--local-addr=10.0.0.2" in second.argv
-    assert not any(a.startswith("--node-rank") for a in first.argv)  # c10d assigns ranks
-    assert first.env == {"OMP_NUM_THREADS": "4"}
-    assert second.env == {"OMP_NUM_THREADS": "4", "NCCL_SOCKET_IFNAME": "ens5"}
+def ssh_cluster(**overrides: object) -> SshCluster:
+    fields: dict[str, object] = {
+        "hosts": (("gpu01", 8), ("gpu02", 8)), "node_counts": (1, 2), "gpus_per_node": (8,),
+        "ssh_port": 2222, "ssh_identity_file": "/home/u/.ssh/bench", "ssh_user": "u",
+        "remote_python": PY, "remote_workdir": "/srv/bench",
+    }  # fmt: skip
+    fields.update(overrides)
+    forwarded_and_not = {"NCCL_IB_HCA": "mlx5", "HOME": "/x"}
+    cluster = SshCluster(ClusterConfig(**fields), environ=forwarded_and_not)  # type: ignore[arg-type]
+    cluster.infos = {
+        "gpu01": node("gpu01", address="10.0.0.1", interface="ens5", gpus=8, cores=64,
+                      gpu_name="NVIDIA H100", gpu_capability=[9, 0], horovod="0.28.1"),
+        "gpu02": node("gpu02", address="10.0.0.2", interface="ens6", gpus=8, cores=32,
+                      gpu_name="NVIDIA H100", gpu_capability=[9, 0], horovod="0.28.1"),
+    }  # fmt: skip
+    return cluster
 
 
-def test_torchrun_endpoint_brackets_ipv6_and_needs_uniform_nodes() -> None:
-    (command,) = torchrun_node_commands(parse_hosts("[fd00::1]:2"), ["x.py"], python=PY, run_id="r")
-    assert "--rdzv-endpoint=[fd00::1]:29400" in command.argv
-    with pytest.raises(ValueError, match="same ranks on every node"):
-        torchrun_node_commands(parse_hosts("a:2,b:1"), ["x.py"], python=PY, run_id="r")
+def test_each_node_advertises_its_address_and_only_the_first_hosts_the_store() -> None:
+    cluster = ssh_cluster()
+    first, second = cluster.torchrun_args(TWO), cluster.torchrun_args(TWO)
+    scratch = f"{remote.REMOTE_SCRATCH}/{cluster.session}"
+    assert first == {
+        "gpu01": ["--rdzv-conf=is_host=1", "--local-addr=10.0.0.1",
+                  f"--log-dir={scratch}-1/gpu01", "--tee=3"],
+        "gpu02": ["--rdzv-conf=is_host=0", "--local-addr=10.0.0.2",
+                  f"--log-dir={scratch}-1/gpu02", "--tee=3"],
+    }  # fmt: skip
+    assert second["gpu02"][2] == f"--log-dir={scratch}-2/gpu02"  # a directory per launch
+    assert cluster.tools.python == PY and cluster.tools.horovodrun == "/venv/bin/horovodrun"
 
 
-def test_horovodrun_on_the_first_node_starts_all_ranks() -> None:
-    command = horovodrun_command(
-        parse_hosts("gpu01:4,gpu02:4"), [PY, "-m", "bench.worker"], horovodrun="/v/horovodrun",
-        ssh=SshOptions(port=2222, identity_file="/home/u/.ssh/bench", user="not-for-horovodrun"),
-        network_interfaces=["eth0", "eth0", "ib0"], env={"A": "1"},
-    )  # fmt: skip
-    assert command.host == "gpu01"
-    assert command.argv == (
-        "/v/horovodrun", "-np", "8", "-H", "gpu01:4,gpu02:4", "--start-timeout", "120",
-        "--gloo", "-p", "2222", "--ssh-identity-file", "/home/u/.ssh/bench",
-        "--network-interfaces", "eth0,ib0", PY, "-m", "bench.worker",
-    )  # fmt: skip
-    assert command.env == {"A": "1"}
-    plain = horovodrun_command(
-        parse_hosts("a:1"), ["x"], horovodrun="h", ssh=SshOptions(), gloo=False
-    )
-    assert plain.argv == ("h", "-np", "1", "-H", "a:1", "--start-timeout", "120", "x")
+def test_each_node_gets_its_interface_checkout_and_the_forwarded_settings() -> None:
+    cluster = ssh_cluster()
+    cluster.check(["ddp"], "cuda")
+    env = cluster.node_env(TWO)
+    assert env["gpu01"] == {"NCCL_IB_HCA": "mlx5", "PYTHONPATH": "/srv/bench",
+                            "NCCL_SOCKET_IFNAME": "ens5"}  # fmt: skip
+    assert env["gpu02"]["NCCL_SOCKET_IFNAME"] == "ens6"
+    assert cluster.interfaces_seen(TWO) == {"NCCL_SOCKET_IFNAME": "ens5,ens6"}
+    pinned = ssh_cluster(network_interface="ib0")
+    pinned.check(["ddp"], "cpu")
+    assert pinned.node_env(TWO)["gpu02"]["GLOO_SOCKET_IFNAME"] == "ib0"
+
+
+def test_horovodrun_gets_the_ssh_port_key_and_interfaces() -> None:
+    assert ssh_cluster().horovodrun_args(TWO) == [
+        "-p", "2222", "--ssh-identity-file", "/home/u/.ssh/bench",
+        "--network-interfaces", "ens5,ens6",
+    ]  # fmt: skip
+    bare = ssh_cluster(ssh_port=None, ssh_identity_file=None, network_interface="eth0")
+    assert bare.horovodrun_args(TWO) == ["--network-interfaces", "eth0"]
+
+
+def test_the_nodes_decide_device_gpus_and_horovod() -> None:
+    local = Environment("cpu", 0, "", False, False, 2, HorovodStatus(False, reason="absent"))
+    env = ssh_cluster().environment(local)
+    assert (env.device, env.gpu_count, env.gpu_name, env.cores) == ("cuda", 8, "NVIDIA H100", 32)
+    assert env.bf16_supported and env.tf32_supported
+    assert env.horovod == HorovodStatus(True, "0.28.1", nccl_built=None)
+    cluster = ssh_cluster()
+    cluster.infos["gpu02"] = node("gpu02", gpus=0, cores=2)
+    env = cluster.environment(local)
+    assert (env.device, env.gpu_count) == ("cpu", 0)
+    assert env.horovod.reason == "Horovod is not installed on gpu02"
+
+
+def test_versions_are_compared_for_the_launchers_in_the_sweep() -> None:
+    cluster = ssh_cluster()
+    cluster.infos["gpu02"] = dataclasses.replace(cluster.infos["gpu02"], horovod=None)
+    cluster.check(["ddp"], "cpu")
+    with pytest.raises(
+        remote.VersionMismatchError, match=r"Horovod: 0\.28\.1 on gpu01; not installed"
+    ):
+        cluster.check(["ddp", "horovod"], "cpu")
 
 
 # ---------------------------------------------------------------- running, cleanup, fetching

@@ -16,8 +16,12 @@ from pathlib import Path
 
 import pytest
 
+from bench import launch
+from bench.hosts import ClusterConfig
+from bench.plan import HostSlots
 from bench.remote import SshOptions
 from bench.slurm import (
+    SlurmCluster,
     SlurmOptions,
     SlurmRun,
     allocation_args,
@@ -278,3 +282,43 @@ def test_scontrol_record() -> None:
     assert record["BatchHost"] == "gsb1"
     assert record["ExitCode"] == "0:15"
     assert parse_scontrol_record("") == {}
+
+
+def slurm_cluster(device: str = "cpu") -> SlurmCluster:
+    cluster = ClusterConfig(
+        hosts=(), node_counts=(2,), gpus_per_node=(4,), slurm=True, ssh_port=2213,
+        remote_python="/env/bin/python", remote_workdir="/srv/bench", slurm_partition="gpu",
+        slurm_args=("--qos=bench",),
+    )  # fmt: skip
+    return SlurmCluster(cluster, device)
+
+
+def test_a_ddp_launch_becomes_a_two_node_job(tmp_path: Path) -> None:
+    executor = slurm_cluster("cuda")
+    placement = (HostSlots("slurm-node1", 4), HostSlots("slurm-node2", 4))
+    commands = launch.torchrun_commands(
+        placement, "bench.worker", ["--spec", "S"], rdzv_id="ddp-n8-N2-r0",
+        rdzv_endpoint="slurm-node1:29400", env={"OMP_NUM_THREADS": "2", "PYTHONPATH": "/here"},
+        tools=executor.tools,
+    )  # fmt: skip
+    run = executor.slurm_run(commands, 600, tmp_path / "logs" / "ddp-n8-N2-r0.log")
+    assert (run.launcher, run.nodes, run.ranks_per_node, run.gpu) == ("ddp", 2, 4, True)
+    assert run.entry == ("--module", "bench.worker", "--spec", "S")
+    assert run.env == {"OMP_NUM_THREADS": "2"}  # the job script sets PYTHONPATH itself
+    assert (run.python, run.workdir) == ("/env/bin/python", "/srv/bench")
+    assert run.run_dir == str(tmp_path / "slurm")
+    assert allocation_args(run, executor.options)[-4:] == [
+        "--gpus-per-node=4", "--exclusive", "--partition=gpu", "--qos=bench",
+    ]  # fmt: skip
+
+
+def test_a_horovod_launch_becomes_a_job_running_horovodrun(tmp_path: Path) -> None:
+    executor = slurm_cluster()
+    placement = (HostSlots("slurm-node1", 4), HostSlots("slurm-node2", 4))
+    commands = launch.horovodrun_command(
+        placement, "bench.worker", ["--spec", "S"], env={}, tools=executor.tools
+    )
+    run = executor.slurm_run(commands, 60, tmp_path / "logs" / "horovod-n8-N2-r0.log")
+    assert (run.launcher, run.nodes, run.ranks_per_node) == ("horovod", 2, 4)
+    assert run.entry == ("/env/bin/python", "-m", "bench.worker", "--spec", "S")
+    assert run.horovodrun == "/env/bin/horovodrun" and run.ssh.port == 2213

@@ -41,8 +41,19 @@ def family(host):
     return "debian" if host.system_info.distribution == "debian" else "ubuntu"
 
 
+# verify only reads: each host's package database is read once per test session.
+_DPKG_CACHE = {}
+
+
 def dpkg_status(host):
     """{package: (version, status abbreviation)} for every package dpkg knows."""
+    key = host.backend.get_hostname()
+    if key not in _DPKG_CACHE:
+        _DPKG_CACHE[key] = _read_dpkg_status(host)
+    return _DPKG_CACHE[key]
+
+
+def _read_dpkg_status(host):
     out = host.run_expect(
         [0], "dpkg-query -W -f '${Package} ${Version} ${db:Status-Abbrev}\\n'"
     ).stdout
