@@ -155,7 +155,7 @@ def run_row(spec: RunSpec, result: ExecResult, started_at: str) -> RunRow:
         report = wire.RunReport.from_dict(report_data)
         names = sorted({r.device_name for r in report.ranks})
         return RunRow(
-            **_identity(spec),
+            **{**_identity(spec), **({"hosts": result.hosts} if result.hosts else {})},
             status=Status.OK.value,
             error="",
             started_at=started_at,
@@ -163,7 +163,10 @@ def run_row(spec: RunSpec, result: ExecResult, started_at: str) -> RunRow:
             device_name="+".join(names),
             backend=report.backend,
             interconnect=describe_interconnect(
-                report.backend, [r.host for r in report.ranks], result.output
+                report.backend,
+                [r.host for r in report.ranks],
+                result.output,
+                result.environ or os.environ,
             ),
             **measurements(report),
         )
@@ -175,15 +178,23 @@ def run_row(spec: RunSpec, result: ExecResult, started_at: str) -> RunRow:
             lines.append(f"killed after the {result.wall_s:.0f} s timeout")
         else:
             lines.append(f"launcher exit status {result.returncode}")
-    return not_measured_row(spec, status, "\n".join(lines), started_at, result.wall_s)
+    return not_measured_row(
+        spec, status, "\n".join(lines), started_at, result.wall_s, hosts=result.hosts
+    )
 
 
 def not_measured_row(
-    spec: RunSpec, status: Status, error: str, started_at: str, wall_s: float | None = None
+    spec: RunSpec,
+    status: Status,
+    error: str,
+    started_at: str,
+    wall_s: float | None = None,
+    hosts: str = "",
 ) -> RunRow:
-    """A row for a run with no measurements: failed, interrupted or unavailable."""
+    """A row for a run with no measurements: failed, interrupted or unavailable. hosts: where
+    it actually ran, when that differs from the plan (Slurm picks the nodes)."""
     return RunRow(
-        **_identity(spec),
+        **{**_identity(spec), **({"hosts": hosts} if hosts else {})},
         status=status.value,
         error=error,
         started_at=started_at,
@@ -224,7 +235,9 @@ def probe_row(spec: ProbeSpec, result: ExecResult, started_at: str) -> ProbeRow:
         status=Status.OK.value,
         error="",
         backend=data["backend"],
-        interconnect=describe_interconnect(data["backend"], hosts, result.output),
+        interconnect=describe_interconnect(
+            data["backend"], hosts, result.output, result.environ or os.environ
+        ),
         nbytes=data["nbytes"],
         time_s=data["time_s"],
         algbw_gbps=alg / 1e9,

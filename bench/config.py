@@ -11,11 +11,19 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.hosts import (
+    CLUSTER_DESTS,
+    ClusterConfig,
+    HostSpecError,
+    add_cluster_arguments,
+    cluster_from_args,
+)
 from bench.plan import LAUNCHERS, MEMORY_FORMATS, PRECISIONS, SYNTHETIC, default_rank_counts
 
 IMAGENET_TRAIN_IMAGES = 1_281_167
@@ -80,6 +88,7 @@ class BenchConfig:
     dataset_size: int
     claim: tuple[tuple[int, float], ...]
     out_root: str
+    cluster: ClusterConfig | None = None  # multi-node: --hosts/--hostfile/--slurm
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -90,6 +99,8 @@ class BenchConfig:
         for name in ("gpu_counts", "launchers", "precisions", "memory_formats", "compile_modes"):
             fields[name] = tuple(fields[name])
         fields["claim"] = tuple((int(n), float(s)) for n, s in fields["claim"])
+        cluster = fields.get("cluster")
+        fields["cluster"] = ClusterConfig.from_dict(cluster) if cluster else None
         return cls(**fields)
 
 
@@ -128,6 +139,7 @@ class Request:
     claim: tuple[tuple[int, float], ...]
     out_root: str
     progress: bool
+    cluster: ClusterConfig | None = None
 
 
 def _int_list(text: str) -> tuple[int, ...]:
@@ -283,12 +295,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add("--out", dest="out_root", default="results", help="results root; a sweep dir is made in it")
     add("--no-progress", dest="progress", action="store_false", help="no progress bar")
+    add_cluster_arguments(p)
     return p
+
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def parse_request(argv: Sequence[str] | None) -> Request:
     args = build_parser().parse_args(argv)
-    return Request(**vars(args))
+    try:
+        # The nodes run the same interpreter and checkout paths unless told otherwise.
+        cluster = cluster_from_args(args, python=sys.executable, workdir=str(REPO_ROOT))
+    except HostSpecError as exc:
+        raise ConfigError(f"  - {exc}") from None
+    if cluster is not None and args.gpu_counts:
+        raise ConfigError(
+            "  - --gpus counts ranks on this machine; with --hosts/--hostfile/--slurm "
+            "give --nodes and --gpus-per-node"
+        )
+    values = {k: v for k, v in vars(args).items() if k not in CLUSTER_DESTS}
+    return Request(**values, cluster=cluster)
 
 
 def explicit_options(argv: Sequence[str]) -> list[str]:
@@ -301,7 +328,10 @@ def resolve(request: Request, env: Environment) -> BenchConfig:
     device = env.device if request.device == "auto" else request.device
     gpu = device == "cuda"
     max_ranks = env.gpu_count if gpu else min(2, env.cores)
-    gpu_counts = request.gpu_counts or default_rank_counts(max(1, max_ranks))
+    if request.cluster is not None:
+        gpu_counts = tuple({sum(h.slots for h in p) for p in request.cluster.placements()})
+    else:
+        gpu_counts = request.gpu_counts or default_rank_counts(max(1, max_ranks))
     if request.precisions:
         precisions = request.precisions
     elif gpu:
@@ -349,6 +379,7 @@ def resolve(request: Request, env: Environment) -> BenchConfig:
         dataset_size=request.dataset_size,
         claim=request.claim,
         out_root=request.out_root,
+        cluster=request.cluster,
     )
 
 
@@ -369,15 +400,23 @@ def validate(config: BenchConfig, env: Environment, models: Sequence[str]) -> No
     """Raise ConfigError listing every impossible request in `config` on this machine."""
     errors: list[str] = []
     gpu = config.device == "cuda"
-    if gpu and env.gpu_count == 0:
+    # With --hosts, env describes the smallest node; with --slurm the nodes are unknown until
+    # each job starts, and Slurm itself refuses what no node can supply.
+    slurm = config.cluster is not None and config.cluster.slurm
+    if gpu and env.gpu_count == 0 and not slurm:
         errors.append("--device cuda: no CUDA GPU is visible")
     limit = env.gpu_count if gpu else env.cores
     unit = "GPUs" if gpu else "CPU ranks (one core each at least)"
     if min(config.gpu_counts) < 1:
         errors.append(f"--gpus: counts must be >= 1, got {list(config.gpu_counts)}")
-    if max(config.gpu_counts) > limit:
+    if config.cluster is None and max(config.gpu_counts) > limit:
         errors.append(
             f"--gpus: {max(config.gpu_counts)} requested but this machine has {limit} {unit}"
+        )
+    if config.cluster is not None and not slurm and max(config.cluster.gpus_per_node) > limit:
+        errors.append(
+            f"--gpus-per-node: {max(config.cluster.gpus_per_node)} requested but the smallest "
+            f"node has {limit} {unit}"
         )
     if config.model not in models:
         close = difflib.get_close_matches(config.model, models, n=3)

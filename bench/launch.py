@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from bench.plan import LOCAL_HOST, Placement, ProbeSpec, RunSpec, format_hosts
 
@@ -45,6 +46,11 @@ class ExecResult:
     wall_s: float
     output: str  # stdout and stderr, interleaved as written
     log_path: Path
+    # What only a multi-node executor knows: the interface variables the ranks got (for the
+    # interconnect column; empty means this process's environment) and, under Slurm, the hosts
+    # the job actually ran on ("" means the planned placement).
+    environ: Mapping[str, str] = field(default_factory=dict)
+    hosts: str = ""
 
 
 Executor = Callable[[Sequence[NodeCommand], float, Path], ExecResult]
@@ -62,6 +68,21 @@ class Tools:
 
     python: str = sys.executable
     horovodrun: str = field(default_factory=_default_horovodrun)
+
+
+class Cluster(Protocol):
+    """What a multi-node executor (bench.remote.SshCluster, bench.slurm.SlurmCluster) adds to
+    the commands: the launchers' paths on the nodes, the rendezvous port, and per-node torchrun
+    options and environment that only the nodes themselves can tell (address, interface)."""
+
+    tools: Tools
+    rdzv_port: int
+
+    def torchrun_args(self, placement: Placement) -> Mapping[str, Sequence[str]]: ...
+
+    def node_env(self, placement: Placement) -> Mapping[str, Mapping[str, str]]: ...
+
+    def horovodrun_args(self, placement: Placement) -> Sequence[str]: ...
 
 
 def free_port() -> int:
@@ -100,8 +121,12 @@ def torchrun_commands(
     rdzv_endpoint: str,
     env: Mapping[str, str],
     tools: Tools,
+    node_args: Mapping[str, Sequence[str]] | None = None,
+    node_env: Mapping[str, Mapping[str, str]] | None = None,
 ) -> list[NodeCommand]:
-    """One torchrun agent per host; all join the c10d rendezvous at `rdzv_endpoint`."""
+    """One torchrun agent per host; all join the c10d rendezvous at `rdzv_endpoint`.
+
+    node_args/node_env: extra torchrun options and variables for each host (multi-node)."""
     commands = []
     for node in placement:
         argv = (
@@ -112,9 +137,11 @@ def torchrun_commands(
             f"--rdzv-endpoint={rdzv_endpoint}",
             f"--rdzv-id={rdzv_id}",
             "--max-restarts=0",
+            *(node_args or {}).get(node.host, ()),
             "--module", module, *args,
         )  # fmt: skip
-        commands.append(NodeCommand(node.host, argv, env))
+        host_env = {**env, **(node_env or {}).get(node.host, {})}
+        commands.append(NodeCommand(node.host, argv, host_env))
     return commands
 
 
@@ -126,8 +153,11 @@ def horovodrun_command(
     env: Mapping[str, str],
     tools: Tools,
     start_timeout_s: int = 120,
+    extra_args: Sequence[str] = (),
 ) -> list[NodeCommand]:
-    """One horovodrun (Gloo controller) on the first host; it starts every rank (-H host:slots)."""
+    """One horovodrun (Gloo controller) on the first host; it starts every rank (-H host:slots).
+
+    extra_args: more horovodrun options (multi-node: its ssh port and key, the interfaces)."""
     world = sum(h.slots for h in placement)
     argv = (
         tools.horovodrun,
@@ -135,34 +165,53 @@ def horovodrun_command(
         "-H", format_hosts(placement),
         "--gloo",
         "--start-timeout", str(start_timeout_s),
+        *extra_args,
         tools.python, "-m", module, *args,
     )  # fmt: skip
     return [NodeCommand(placement[0].host, argv, env)]
 
 
-def commands_for_run(spec: RunSpec, tools: Tools | None = None) -> list[NodeCommand]:
-    tools = tools or Tools()
+def _rendezvous(placement: Placement, cluster: Cluster | None) -> str:
+    host = placement[0].host
+    return f"{host}:{cluster.rdzv_port if cluster else free_port()}"
+
+
+def _torchrun(
+    placement: Placement, module: str, args: Sequence[str], rdzv_id: str,
+    env: Mapping[str, str], tools: Tools | None, cluster: Cluster | None,
+) -> list[NodeCommand]:  # fmt: skip
+    return torchrun_commands(
+        placement, module, args, rdzv_id=rdzv_id, rdzv_endpoint=_rendezvous(placement, cluster),
+        env=env, tools=cluster.tools if cluster else tools or Tools(),
+        node_args=cluster.torchrun_args(placement) if cluster else None,
+        node_env=cluster.node_env(placement) if cluster else None,
+    )  # fmt: skip
+
+
+def commands_for_run(
+    spec: RunSpec, tools: Tools | None = None, cluster: Cluster | None = None
+) -> list[NodeCommand]:
     env = rank_environment(spec.threads_per_rank, spec.workload.device)
     args = ["--spec", spec.encode()]
     if spec.launcher == "ddp":
-        endpoint = f"{spec.placement[0].host}:{free_port()}"
-        return torchrun_commands(
-            spec.placement, WORKER_MODULE, args,
-            rdzv_id=spec.run_id, rdzv_endpoint=endpoint, env=env, tools=tools,
-        )  # fmt: skip
+        return _torchrun(spec.placement, WORKER_MODULE, args, spec.run_id, env, tools, cluster)
     if spec.launcher == "horovod":
-        return horovodrun_command(spec.placement, WORKER_MODULE, args, env=env, tools=tools)
+        if cluster:
+            env = {**env, **cluster.node_env(spec.placement).get(spec.placement[0].host, {})}
+        return horovodrun_command(
+            spec.placement, WORKER_MODULE, args, env=env,
+            tools=cluster.tools if cluster else tools or Tools(),
+            extra_args=cluster.horovodrun_args(spec.placement) if cluster else (),
+        )  # fmt: skip
     raise ValueError(f"unknown launcher {spec.launcher!r}")
 
 
-def commands_for_probe(spec: ProbeSpec, tools: Tools | None = None) -> list[NodeCommand]:
-    tools = tools or Tools()
+def commands_for_probe(
+    spec: ProbeSpec, tools: Tools | None = None, cluster: Cluster | None = None
+) -> list[NodeCommand]:
     env = rank_environment(spec.threads_per_rank, spec.device)
-    endpoint = f"{spec.placement[0].host}:{free_port()}"
-    return torchrun_commands(
-        spec.placement, PROBE_MODULE, ["--spec", spec.encode()],
-        rdzv_id=spec.probe_id, rdzv_endpoint=endpoint, env=env, tools=tools,
-    )  # fmt: skip
+    args = ["--spec", spec.encode()]
+    return _torchrun(spec.placement, PROBE_MODULE, args, spec.probe_id, env, tools, cluster)
 
 
 def _children(pid: int) -> list[int]:

@@ -255,9 +255,19 @@ def batch_per_gpu(config: BenchConfig, ranks: int) -> int:
     return config.batch_size
 
 
-def run_id(launcher: str, ranks: int, variant: Variant, repeat: int) -> str:
-    """Deterministic, so a resumed sweep recognises the runs it already has."""
-    return f"{launcher}-n{ranks}-{variant.label}-r{repeat}"
+def run_id(launcher: str, ranks: int, variant: Variant, repeat: int, nodes: int = 1) -> str:
+    """Deterministic, so a resumed sweep recognises the runs it already has. Multi-node runs
+    add their node count: ddp-n2-... is 2 ranks on one node, ddp-n2-N2-... one on each of 2."""
+    spread = f"-N{nodes}" if nodes > 1 else ""
+    return f"{launcher}-n{ranks}{spread}-{variant.label}-r{repeat}"
+
+
+def placements(config: BenchConfig, hosts: Sequence[HostSlots]) -> list[Placement]:
+    """Each configuration's placement: a multi-node sweep's node-count x GPUs-per-node grid
+    (bench.hosts.ClusterConfig), else every GPU count filled onto `hosts`."""
+    if config.cluster is not None:
+        return config.cluster.placements()
+    return [place_ranks(ranks, hosts) for ranks in config.gpu_counts]
 
 
 def plan_sweep(
@@ -275,12 +285,12 @@ def plan_sweep(
     for repeat in range(config.repeats):
         for variant in variants(config):
             for launcher in config.launchers:
-                for ranks in config.gpu_counts:
-                    placement = place_ranks(ranks, hosts)
+                for placement in placements(config, hosts):
+                    ranks = sum(h.slots for h in placement)
                     specs.append(
                         RunSpec(
                             sweep_id=sweep_id,
-                            run_id=run_id(launcher, ranks, variant, repeat),
+                            run_id=run_id(launcher, ranks, variant, repeat, len(placement)),
                             launcher=launcher,
                             repeat=repeat,
                             placement=placement,
@@ -299,18 +309,20 @@ def plan_sweep(
 def plan_probes(
     config: BenchConfig, sweep_id: str, hosts: Sequence[HostSlots], cores_per_host: int
 ) -> list[ProbeSpec]:
-    """One allreduce probe per rank count > 1 (a single rank communicates nothing)."""
+    """One allreduce probe per placement of more than one rank (a single rank communicates
+    nothing)."""
     if not config.probe:
         return []
     probes = []
-    for ranks in config.gpu_counts:
+    for placement in placements(config, hosts):
+        ranks = sum(h.slots for h in placement)
         if ranks < 2:
             continue
-        placement = place_ranks(ranks, hosts)
+        spread = f"-N{len(placement)}" if len(placement) > 1 else ""
         probes.append(
             ProbeSpec(
                 sweep_id=sweep_id,
-                probe_id=f"allreduce-n{ranks}",
+                probe_id=f"allreduce-n{ranks}{spread}",
                 placement=placement,
                 nbytes=int(config.probe_mb * 1e6),
                 iterations=config.probe_iterations,

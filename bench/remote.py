@@ -450,10 +450,9 @@ class Mismatch:
         return f"{COMPARED_COMPONENTS.get(self.component, self.component)}: {groups}"
 
 
-def compare_versions(
-    infos: Mapping[str, NodeInfo], components: Iterable[str] = tuple(COMPARED_COMPONENTS)
-) -> list[Mismatch]:
-    """Components whose value differs between nodes (a missing one counts as a value)."""
+def compare_versions(infos: Mapping[str, NodeInfo], components: Iterable[str]) -> list[Mismatch]:
+    """Components whose value differs between nodes (a missing one counts as a value), or that
+    no node has at all (the run needs every component it is compared on)."""
     mismatches = []
     for component in components:
         values: dict[str, list[str]] = {}
@@ -463,19 +462,21 @@ def compare_versions(
             if component == "driver_branch" and value is None:
                 shown = "no NVIDIA driver"
             values.setdefault(shown, []).append(host)
-        if len(values) > 1:
+        missing_everywhere = all(getattr(i, component) is None for i in infos.values())
+        if len(values) > 1 or (infos and missing_everywhere):
             mismatches.append(Mismatch(component, values))
     return mismatches
 
 
-def check_versions(
-    infos: Mapping[str, NodeInfo], components: Iterable[str] = tuple(COMPARED_COMPONENTS)
-) -> None:
+def check_versions(infos: Mapping[str, NodeInfo], components: Iterable[str]) -> None:
+    """Raise VersionMismatchError naming each component and which nodes have which value;
+    components_for() says which components a run depends on."""
     mismatches = compare_versions(infos, components)
     if mismatches:
         raise VersionMismatchError(
-            "software differs between nodes; refusing to launch a run whose numbers would "
-            "mix versions:\n" + "\n".join(f"  {m.describe()}" for m in mismatches)
+            "software differs between nodes (or is missing on all of them); refusing to launch "
+            "a run whose numbers would mix versions:\n"
+            + "\n".join(f"  {m.describe()}" for m in mismatches)
             + "\nRe-run the provisioning playbook (site.yml) on all nodes so they match."
         )  # fmt: skip
 
@@ -982,7 +983,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_check = commands.add_parser(
         "check-versions", help="compare survey lines read from stdin; exit 3 on a mismatch"
     )
-    p_check.add_argument("--components", default=",".join(COMPARED_COMPONENTS))
+    p_check.add_argument(
+        "--components", default="torch",
+        help=f"comma list from {','.join(COMPARED_COMPONENTS)} (see components_for)",
+    )  # fmt: skip
     p_check.add_argument("--nodes", type=int, help="fail unless this many nodes answered")
     p_check.add_argument(
         "--print-interfaces", action="store_true",

@@ -60,16 +60,19 @@ def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else math.nan
 
 
-def allreduce_time(probes: Sequence[ProbeRow], gpus: int, gradient_bytes: float) -> float | None:
-    """Seconds to allreduce `gradient_bytes` at the bandwidth the probe measured for `gpus`."""
+def allreduce_time(
+    probes: Sequence[ProbeRow], gpus: int, gradient_bytes: float, nodes: int = 1
+) -> float | None:
+    """Seconds to allreduce `gradient_bytes` at the bandwidth the probe measured for `gpus`
+    spread over `nodes` (the same GPU count over more nodes crosses the network)."""
     for p in probes:
-        if p.gpus == gpus and p.status == Status.OK.value and p.algbw_gbps:
+        if (p.gpus, p.nodes) == (gpus, nodes) and p.status == Status.OK.value and p.algbw_gbps:
             return stats.allreduce_seconds(gradient_bytes, p.algbw_gbps * 1e9)
     return None
 
 
 def summarise(runs: Sequence[RunRow], probes: Sequence[ProbeRow]) -> list[ScalingPoint]:
-    """One point per (launcher, variant, GPU count), in that order."""
+    """One point per (launcher, variant, GPU count, node count), in that order."""
     points = []
     series = sorted({(r.launcher, r.variant) for r in runs})
     for launcher, variant in series:
@@ -78,9 +81,9 @@ def summarise(runs: Sequence[RunRow], probes: Sequence[ProbeRow]) -> list[Scalin
         base = [r for r in ok if r.gpus == 1]
         base_tputs = [r.throughput for r in base if r.throughput is not None]
         base_step = _mean([r.step_time_median_s for r in base if r.step_time_median_s])
-        for gpus in sorted({r.gpus for r in rows}):
-            at_n = [r for r in rows if r.gpus == gpus]
-            good = [r for r in ok if r.gpus == gpus]
+        for gpus, nodes in sorted({(r.gpus, r.nodes) for r in rows}):
+            at_n = [r for r in rows if (r.gpus, r.nodes) == (gpus, nodes)]
+            good = [r for r in ok if (r.gpus, r.nodes) == (gpus, nodes)]
             tputs = [r.throughput for r in good if r.throughput is not None]
             mean_n = _mean(tputs)
             mean_1 = _mean(base_tputs)
@@ -93,7 +96,7 @@ def summarise(runs: Sequence[RunRow], probes: Sequence[ProbeRow]) -> list[Scalin
                     grads /= 2
                 # compute per step shrinks with the per-GPU batch under strong scaling
                 step = base_step * good[0].batch_per_gpu / base[0].batch_per_gpu
-                comm = allreduce_time(probes, gpus, grads)
+                comm = allreduce_time(probes, gpus, grads, nodes)
                 if comm is not None:
                     ceiling = stats.comm_ceiling(step, comm)
                     serial = stats.comm_serial_estimate(step, comm)
@@ -103,7 +106,7 @@ def summarise(runs: Sequence[RunRow], probes: Sequence[ProbeRow]) -> list[Scalin
                     launcher=launcher,
                     variant=variant,
                     gpus=gpus,
-                    nodes=at_n[0].nodes,
+                    nodes=nodes,
                     batch_per_gpu=at_n[0].batch_per_gpu,
                     global_batch=at_n[0].global_batch,
                     runs_ok=len(good),
@@ -132,10 +135,12 @@ def observations(points: Sequence[ScalingPoint], runs: Sequence[RunRow]) -> list
     notes = []
     for p in points:
         label = f"{p.launcher} {p.variant} at {p.gpus} GPU" + ("s" if p.gpus > 1 else "")
+        if p.nodes > 1:
+            label += f" on {p.nodes} nodes"
         rows = [
             r
             for r in runs
-            if (r.launcher, r.variant, r.gpus) == (p.launcher, p.variant, p.gpus)
+            if (r.launcher, r.variant, r.gpus, r.nodes) == (p.launcher, p.variant, p.gpus, p.nodes)
             and r.status == Status.OK.value
         ]
         if p.gpus > 1 and p.efficiency_ci.low > 1.02:
@@ -226,16 +231,15 @@ def scaling_table(points: Sequence[ScalingPoint]) -> list[str]:
 
 
 def launcher_comparison(points: Sequence[ScalingPoint]) -> list[str]:
-    by_key = {(p.launcher, p.variant, p.gpus): p for p in points}
+    by_key = {(p.launcher, p.variant, p.gpus, p.nodes): p for p in points}
     rows = []
-    for (launcher, variant, gpus), ddp in sorted(by_key.items()):
-        hvd = by_key.get(("horovod", variant, gpus))
+    for (launcher, variant, gpus, nodes), ddp in sorted(by_key.items()):
+        hvd = by_key.get(("horovod", variant, gpus, nodes))
         if launcher != "ddp" or hvd is None:
             continue
         ratio = hvd.throughput / ddp.throughput if ddp.throughput else math.nan
-        rows.append(
-            [variant, str(gpus), _num(ddp.throughput), _num(hvd.throughput), _num(ratio, 3)]
-        )
+        where = str(gpus) if nodes == 1 else f"{gpus} ({nodes} nodes)"
+        rows.append([variant, where, _num(ddp.throughput), _num(hvd.throughput), _num(ratio, 3)])
     if not rows:
         return []
     return _table(["variant", "GPUs", "DDP img/s", "Horovod img/s", "Horovod / DDP"], rows)

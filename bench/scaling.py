@@ -8,6 +8,7 @@ as interrupted, writes the report from what finished, and `--resume DIR` continu
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 import socket
 import sys
@@ -32,9 +33,12 @@ from bench.config import (
     resolve,
     validate,
 )
+from bench.hosts import ClusterConfig
 from bench.plan import HostSlots, ProbeSpec, RunSpec, local_placement, plan_probes, plan_sweep
+from bench.remote import RemoteError, SshCluster
 from bench.results import ResultStore
 from bench.schema import Status
+from bench.slurm import SlurmCluster
 from bench.sysinfo import collect_system_info, detect_environment
 
 
@@ -46,6 +50,9 @@ class Sweep:
     runs: list[RunSpec]
     probes: list[ProbeSpec]
     unavailable: dict[str, str]  # launcher -> why it cannot run here
+    # Multi-node sweeps: the executor that runs each launch on the nodes (it is also the
+    # bench.launch.Cluster that completes the commands); None runs everything on this machine.
+    cluster: SshCluster | SlurmCluster | None = None
 
 
 def unavailable_launchers(config: BenchConfig, env: Environment) -> dict[str, str]:
@@ -64,6 +71,18 @@ def hosts_for(config: BenchConfig) -> tuple[HostSlots, ...]:
     return local_placement(max(config.gpu_counts))
 
 
+def connect(cluster: ClusterConfig | None) -> SshCluster | None:
+    """For --hosts: every node reachable over ssh and surveyed, before anything is planned."""
+    if cluster is None or cluster.slurm:
+        return None
+    nodes = SshCluster(cluster)
+    try:
+        nodes.survey()
+    except RemoteError as exc:
+        raise ConfigError("  - " + str(exc).replace("\n", "\n    ")) from None
+    return nodes
+
+
 def prepare(argv: Sequence[str], env: Environment) -> Sweep:
     """Parse, validate and plan; create (or reopen, for --resume) the results directory."""
     request = parse_request(argv)
@@ -79,7 +98,10 @@ def prepare(argv: Sequence[str], env: Environment) -> Sweep:
         meta = store.read_meta()
         meta.setdefault("resumed_at", []).append(collect.now_iso())
         config = BenchConfig.from_dict(meta["config"])
-    else:
+    nodes = connect(config.cluster if request.resume is not None else request.cluster)
+    if nodes is not None:
+        env = nodes.environment(env)  # what the nodes have decides, not this machine
+    if request.resume is None:
         config = resolve(request, env)
         base = f"{datetime.now():%Y%m%d-%H%M%S}-{socket.gethostname()}"
         sweep_id, suffix = base, 1
@@ -89,12 +111,23 @@ def prepare(argv: Sequence[str], env: Environment) -> Sweep:
         store = ResultStore(Path(config.out_root) / sweep_id)
         meta = {"sweep_id": sweep_id, "config": config.to_dict()}
     validate(config, env, models.available_models())
+    unavailable = unavailable_launchers(config, env)
+    cluster: SshCluster | SlurmCluster | None = nodes
+    if nodes is not None:
+        try:
+            nodes.check([x for x in config.launchers if x not in unavailable], config.device)
+        except RemoteError as exc:
+            raise ConfigError("  - " + str(exc).replace("\n", "\n    ")) from None
+    elif config.cluster is not None:
+        cluster = SlurmCluster(config.cluster, config.device)
     hosts = hosts_for(config)
     runs = plan_sweep(config, meta["sweep_id"], hosts, env.cores)
     probes = plan_probes(config, meta["sweep_id"], hosts, env.cores)
     meta["system"] = collect_system_info(env)
+    if nodes is not None:
+        meta["system"]["nodes"] = [dataclasses.asdict(i) for i in nodes.infos.values()]
     meta["planned_runs"] = [s.run_id for s in runs]
-    return Sweep(config, store, meta, runs, probes, unavailable_launchers(config, env))
+    return Sweep(config, store, meta, runs, probes, unavailable, cluster)
 
 
 def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
@@ -102,10 +135,14 @@ def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
 
 
 def execute_sweep(
-    sweep: Sweep, progress: bool = True, executor: launch.Executor = launch.run_local
+    sweep: Sweep, progress: bool = True, executor: launch.Executor | None = None
 ) -> str:
-    """Run every pending probe and run; returns the final state ("complete" or "interrupted")."""
-    store, meta, config = sweep.store, sweep.meta, sweep.config
+    """Run every pending probe and run; returns the final state ("complete" or "interrupted").
+
+    executor defaults to the sweep's cluster (multi-node) or this machine (launch.run_local).
+    """
+    store, meta, config, cluster = sweep.store, sweep.meta, sweep.config, sweep.cluster
+    executor = executor or cluster or launch.run_local
     resumed = store.sweep_json.exists()
     if resumed:
         store.drop_retried()
@@ -155,7 +192,7 @@ def execute_sweep(
             current, current_start = probe, collect.now_iso()
             bar.set_postfix_str(probe.probe_id)
             result = executor(
-                launch.commands_for_probe(probe), config.timeout_s,
+                launch.commands_for_probe(probe, cluster=cluster), config.timeout_s,
                 store.logs / f"{probe.probe_id}.log",
             )  # fmt: skip
             store.probes.append(collect.probe_row(probe, result, current_start))
@@ -165,8 +202,9 @@ def execute_sweep(
             current, current_start = spec, collect.now_iso()
             bar.set_postfix_str(spec.run_id)
             result = executor(
-                launch.commands_for_run(spec), config.timeout_s, store.logs / f"{spec.run_id}.log"
-            )
+                launch.commands_for_run(spec, cluster=cluster), config.timeout_s,
+                store.logs / f"{spec.run_id}.log",
+            )  # fmt: skip
             row = collect.run_row(spec, result, current_start)
             store.runs.append(row)
             save("running")
@@ -195,10 +233,12 @@ def execute_sweep(
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    request = parse_request(args)
-    # importing horovod.torch to check it costs seconds: only when the sweep may use it
-    horovod = request.resume is not None or "horovod" in (request.launchers or ("horovod",))
     try:
+        request = parse_request(args)
+        # importing horovod.torch to check it costs seconds: only when the sweep may use it
+        # here (a --hosts sweep asks the nodes instead; Slurm nodes run this environment)
+        horovod = request.resume is not None or "horovod" in (request.launchers or ("horovod",))
+        horovod = horovod and (request.cluster is None or request.cluster.slurm)
         sweep = prepare(args, detect_environment(check_horovod=horovod))
     except ConfigError as exc:
         print(f"bench: cannot run this sweep:\n{exc}", file=sys.stderr)

@@ -14,7 +14,8 @@
 #   . "$GSB_SLURM_STATE/env"   (exports SLURM_CONF)
 #
 # Settings (environment): GSB_SLURM_STATE (default /tmp/gpustack-slurm), GSB_SLURM_PORT (first
-# of two ports, default 6917), GSB_NETNS_STATE (as for netns.sh), GSB_SLURM_WAIT_S (how long to
+# of two ports, default 6917), GSB_SLURM_MUNGE_DIR (munge socket, default
+# /run/gpustack-slurm-<port>), GSB_NETNS_STATE (as for netns.sh), GSB_SLURM_WAIT_S (how long to
 # wait for nodes to become idle, default 60).
 set -euo pipefail
 
@@ -24,7 +25,10 @@ NETNS_STATE="${GSB_NETNS_STATE:-/tmp/gpustack-netns}"
 WAIT_S="${GSB_SLURM_WAIT_S:-60}"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 CONF="$STATE/slurm.conf"
-MUNGE_SOCKET="$STATE/run/munge.socket"
+# munged wants every directory above its socket traversable by all, which a private temporary
+# directory (pytest's are 0700) is not: the socket lives in /run, named after the port.
+MUNGE_DIR="${GSB_SLURM_MUNGE_DIR:-/run/gpustack-slurm-$PORT}"
+MUNGE_SOCKET="$MUNGE_DIR/munge.socket"
 
 log() { printf 'slurm.sh: %s\n' "$*" >&2; }
 die() {
@@ -49,10 +53,9 @@ ensure_packages() {
 pid_alive() { [[ -s "$1" ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
 start_munge() {
-  mkdir -p "$STATE/munge" "$STATE/run"
+  mkdir -p "$STATE/munge" "$STATE/run" "$MUNGE_DIR"
   chmod 700 "$STATE/munge"
-  # munged insists that every directory up to its socket be traversable by all.
-  chmod 755 "$STATE" "$STATE/run"
+  chmod 755 "$MUNGE_DIR"
   if [[ ! -s "$STATE/munge/munge.key" ]]; then
     dd if=/dev/urandom of="$STATE/munge/munge.key" bs=1024 count=1 status=none
     chmod 600 "$STATE/munge/munge.key"
@@ -208,6 +211,7 @@ cmd_down() {
     stop_pidfile "$STATE/run/munged.pid"
     rm -rf "$STATE"
   fi
+  rm -rf "$MUNGE_DIR"
   log "down: daemons stopped, $STATE removed"
 }
 

@@ -61,9 +61,15 @@ def build_deb(pkg: dict, version: str, distro: str, out: Path) -> Path:
         doc.mkdir(parents=True)
         (doc / "TEST-FIXTURE").write_text(FIXTURE_NOTE.format(name=name, version=version))
         upstream = version.split("-")[0]
-        parts = (upstream.split(".") + ["0", "0", "0"])[:3]
-        subs = {"version": version, "upstream": upstream, "distro": distro,
-                "major": parts[0], "minor": parts[1], "patch": parts[2]}
+        parts = [*upstream.split("."), "0", "0", "0"][:3]
+        subs = {
+            "version": version,
+            "upstream": upstream,
+            "distro": distro,
+            "major": parts[0],
+            "minor": parts[1],
+            "patch": parts[2],
+        }
         for path, content in (pkg.get("files") or {}).items():
             target = root / path.format(**subs).lstrip("/")
             if path.endswith("/"):
@@ -95,39 +101,71 @@ def build_deb(pkg: dict, version: str, distro: str, out: Path) -> Path:
                 path.write_text("#!/bin/sh\nset -e\n" + pkg[script].format(**subs))
                 path.chmod(0o755)
         deb = out / f"{name}_{version}_{pkg.get('architecture', 'amd64')}.deb"
-        run(["dpkg-deb", "--root-owner-group", "-Zgzip", "-b", str(root), str(deb)],
-            stdout=subprocess.DEVNULL)
+        run(
+            ["dpkg-deb", "--root-owner-group", "-Zgzip", "-b", str(root), str(deb)],
+            stdout=subprocess.DEVNULL,
+        )
         return deb
 
 
 def make_key(gnupghome: Path) -> str:
     gnupghome.mkdir(mode=0o700, parents=True, exist_ok=True)
     env = {"GNUPGHOME": str(gnupghome), "PATH": "/usr/bin:/bin"}
-    run(["gpg", "--batch", "--quiet", "--passphrase", "", "--quick-gen-key",
-         "gpustack test stand-in repo <standin@invalid>", "rsa3072", "sign", "1d"], env=env)
-    out = run(["gpg", "--batch", "--with-colons", "--list-secret-keys"], env=env,
-              capture_output=True).stdout
+    run(
+        [
+            "gpg",
+            "--batch",
+            "--quiet",
+            "--passphrase",
+            "",
+            "--quick-gen-key",
+            "gpustack test stand-in repo <standin@invalid>",
+            "rsa3072",
+            "sign",
+            "1d",
+        ],
+        env=env,
+    )
+    out = run(
+        ["gpg", "--batch", "--with-colons", "--list-secret-keys"], env=env, capture_output=True
+    ).stdout
     return next(line.split(":")[9] for line in out.splitlines() if line.startswith("fpr:"))
 
 
 def index_and_sign(repo: Path, gnupghome: Path, fpr: str, label: str) -> None:
     env = {"GNUPGHOME": str(gnupghome), "PATH": "/usr/bin:/bin:/usr/sbin:/sbin"}
-    packages = run(["dpkg-scanpackages", "--multiversion", "."], cwd=repo, capture_output=True,
-                   env=env).stdout
+    packages = run(
+        ["dpkg-scanpackages", "--multiversion", "."], cwd=repo, capture_output=True, env=env
+    ).stdout
     (repo / "Packages").write_text(packages)
     with gzip.open(repo / "Packages.gz", "wt") as fh:
         fh.write(packages)
-    release = run(["apt-ftparchive", "-o", f"APT::FTPArchive::Release::Origin={label}",
-                   "-o", f"APT::FTPArchive::Release::Label={label}", "release", "."],
-                  cwd=repo, capture_output=True, env=env).stdout
+    release = run(
+        [
+            "apt-ftparchive",
+            "-o",
+            f"APT::FTPArchive::Release::Origin={label}",
+            "-o",
+            f"APT::FTPArchive::Release::Label={label}",
+            "release",
+            ".",
+        ],
+        cwd=repo,
+        capture_output=True,
+        env=env,
+    ).stdout
     (repo / "Release").write_text(release)
     for args, name in ((["--clearsign"], "InRelease"), (["-abs"], "Release.gpg")):
         target = repo / name
         target.unlink(missing_ok=True)
-        run(["gpg", "--batch", "--yes", "--local-user", fpr, *args, "-o", str(target),
-             "Release"], cwd=repo, env=env)
-    armored = run(["gpg", "--batch", "--armor", "--export", fpr], env=env,
-                  capture_output=True).stdout
+        run(
+            ["gpg", "--batch", "--yes", "--local-user", fpr, *args, "-o", str(target), "Release"],
+            cwd=repo,
+            env=env,
+        )
+    armored = run(
+        ["gpg", "--batch", "--armor", "--export", fpr], env=env, capture_output=True
+    ).stdout
     (repo / "3bf863cc.pub").write_text(armored)
 
 
@@ -135,8 +173,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--manifest", type=Path, required=True)
     ap.add_argument("--work", type=Path, required=True)
-    ap.add_argument("--new-key", action="store_true",
-                    help="generate a fresh throwaway signing key (the test suite does, once per run)")
+    ap.add_argument(
+        "--new-key",
+        action="store_true",
+        help="generate a fresh throwaway signing key (the test suite does, once per run)",
+    )
     args = ap.parse_args()
 
     args.work = args.work.resolve()
@@ -153,8 +194,10 @@ def main() -> None:
         fpr = env_file.read_text().strip().split("=", 1)[1]
 
     repos: dict[Path, str] = {}
-    for section, base, label in (("nvidia", www / "repos", "NVIDIA stand-in"),
-                                 ("ubuntu_archive", www / "ubuntu-archive", "Ubuntu stand-in")):
+    for section, base, label in (
+        ("nvidia", www / "repos", "NVIDIA stand-in"),
+        ("ubuntu_archive", www / "ubuntu-archive", "Ubuntu stand-in"),
+    ):
         for pkg in manifest.get(section, []):
             distros = pkg.get("distros", DISTROS)
             for distro in distros:

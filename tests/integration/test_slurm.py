@@ -102,7 +102,7 @@ def test_sweep_through_slurm_runs_ddp_and_horovod_on_two_nodes(cluster, tmp_path
         # the hosts Slurm allocated, as the ranks reported them
         assert run["hosts"] == "gss1:1,gss2:1"
         assert run["interconnect"] == "tcp (gloo, eth0)"
-        assert run["images"] == 8
+        assert run["images"] == run["global_batch"] * 3 == 24
     scripts = sorted((directory / "slurm").glob("job-*.sh"))
     assert len(scripts) == 2
     assert all("#SBATCH --nodes=2" in s.read_text() for s in scripts)

@@ -142,8 +142,8 @@ def test_unreachable_hosts_are_named_with_ssh_reason() -> None:
 
 def test_matching_nodes_pass() -> None:
     infos = {h: node(h, horovod="0.28.1") for h in ("a", "b", "c")}
-    assert compare_versions(infos) == []
-    check_versions(infos)
+    assert compare_versions(infos, ["torch", "horovod"]) == []
+    check_versions(infos, ["torch", "horovod"])
 
 
 def test_mismatch_names_component_values_and_nodes() -> None:
@@ -153,14 +153,22 @@ def test_mismatch_names_component_values_and_nodes() -> None:
         "gpu02": node("gpu02", torch="2.4.1", nccl=nccl, driver="550.54.15", driver_branch="550"),
         "gpu03": node("gpu03", torch="2.3.0", nccl=nccl, driver="535.161.08", driver_branch="535"),
     }
-    mismatches = compare_versions(infos)
+    gpu_ddp = remote.components_for("ddp", gpu=True)
+    mismatches = compare_versions(infos, gpu_ddp)
     assert [m.component for m in mismatches] == ["torch", "driver_branch"]
     with pytest.raises(remote.VersionMismatchError) as err:
-        check_versions(infos)
+        check_versions(infos, gpu_ddp)
     message = str(err.value)
     assert "torch: 2.4.1 on gpu01, gpu02; 2.3.0 on gpu03" in message
     assert "NVIDIA driver branch: 535 on gpu01, gpu03; 550 on gpu02" in message
     assert "NCCL" not in message  # same everywhere; driver patch levels do not count
+
+
+def test_a_component_no_node_has_is_an_error_when_the_run_needs_it() -> None:
+    infos = {"a": node("a"), "b": node("b")}
+    check_versions(infos, ["torch"])
+    with pytest.raises(remote.VersionMismatchError, match="Horovod: not installed on a, b"):
+        check_versions(infos, ["torch", "horovod"])
 
 
 def test_a_missing_component_is_a_mismatch_only_when_it_matters() -> None:
@@ -257,12 +265,13 @@ def ssh_cluster(**overrides: object) -> SshCluster:
     fields.update(overrides)
     forwarded_and_not = {"NCCL_IB_HCA": "mlx5", "HOME": "/x"}
     cluster = SshCluster(ClusterConfig(**fields), environ=forwarded_and_not)  # type: ignore[arg-type]
+    gpu_stack = {"gpus": 8, "gpu_name": "NVIDIA H100", "gpu_capability": [9, 0],
+                 "horovod": "0.28.1", "nccl": "2.21.5", "driver": "550.54.15",
+                 "driver_branch": "550"}  # fmt: skip
     cluster.infos = {
-        "gpu01": node("gpu01", address="10.0.0.1", interface="ens5", gpus=8, cores=64,
-                      gpu_name="NVIDIA H100", gpu_capability=[9, 0], horovod="0.28.1"),
-        "gpu02": node("gpu02", address="10.0.0.2", interface="ens6", gpus=8, cores=32,
-                      gpu_name="NVIDIA H100", gpu_capability=[9, 0], horovod="0.28.1"),
-    }  # fmt: skip
+        "gpu01": node("gpu01", address="10.0.0.1", interface="ens5", cores=64, **gpu_stack),
+        "gpu02": node("gpu02", address="10.0.0.2", interface="ens6", cores=32, **gpu_stack),
+    }
     return cluster
 
 

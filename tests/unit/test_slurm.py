@@ -151,7 +151,8 @@ def record(tool, argv):
         "odd": env("ODD"), "cwd": os.getcwd()}))
 
 def survey(node, torch):
-    info = {"hostname": node, "python": "3.11", "torch": torch, "interface": "if-" + node}
+    info = {"hostname": node, "python": "3.11", "torch": torch, "horovod": "0.28.1",
+            "interface": "if-" + node}
     print(SURVEY_MARKER, json.dumps(info))
 """
 
