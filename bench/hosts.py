@@ -59,17 +59,6 @@ def host_names(placement: Sequence[HostSlots]) -> list[str]:
     return [h.host for h in placement]
 
 
-def is_uniform(placement: Sequence[HostSlots]) -> bool:
-    """Every node runs the same number of ranks (torchrun's --nproc-per-node is per node, but
-    one value keeps the row's gpus_per_node meaningful)."""
-    return len({h.slots for h in placement}) == 1
-
-
-def is_single_local(placement: Sequence[HostSlots]) -> bool:
-    """One host that is this machine: launched without ssh, as the single-node bench does."""
-    return len(placement) == 1 and is_local_host(placement[0].host)
-
-
 def validate_host_name(name: str) -> str:
     if not name:
         raise HostSpecError("empty host name")
@@ -364,8 +353,8 @@ def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
     add("--remote-python", help="Python on the nodes [default: this interpreter's path]")
     add("--remote-workdir", help="bench checkout on the nodes [default: this checkout's path]")
     add("--rdzv-port", type=int, default=29400, help="c10d rendezvous port on the first node")
-    add("--slurm-partition")
-    add("--slurm-account")
+    add("--slurm-partition", help="partition the jobs go to [default: Slurm's default]")
+    add("--slurm-account", help="account charged for the jobs")
     add("--slurm-args", default="", help="more sbatch options, e.g. '--qos=bench --exclusive'")
     add("--slurm-submit", choices=("sbatch", "salloc"), default="sbatch",
         help="sbatch --wait (batch) or salloc (interactive allocation)")  # fmt: skip

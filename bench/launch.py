@@ -173,6 +173,7 @@ def horovodrun_command(
 
 def _rendezvous(placement: Placement, cluster: Cluster | None) -> str:
     host = placement[0].host
+    host = f"[{host}]" if ":" in host else host  # an IPv6 address
     return f"{host}:{cluster.rdzv_port if cluster else free_port()}"
 
 

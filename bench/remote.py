@@ -43,7 +43,6 @@ from bench.launch import ExecResult, NodeCommand, Tools
 from bench.plan import Placement
 
 RUN_TAG_VAR = "GPUSTACK_BENCH_RUN"
-DEFAULT_RDZV_PORT = 29400
 # Scratch space on every node; the node name is part of the path so nodes sharing /tmp (or a
 # shared filesystem, as the netns test hosts do) never write into each other's directory.
 REMOTE_SCRATCH = "/tmp/gpustack-bench"
@@ -494,10 +493,6 @@ def components_for(engine: str, gpu: bool) -> tuple[str, ...]:
 
 def new_run_id(prefix: str = "gsb") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:12]}"
-
-
-def endpoint(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def socket_ifname_var(gpu: bool) -> str:

@@ -5,10 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import socket
+import sys
 from pathlib import Path
 
 import pytest
+from bench_builders import cpu_machine
 
+from bench.config import BenchConfig, ConfigError, parse_request, resolve, validate
 from bench.hosts import (
     ClusterConfig,
     HostSpecError,
@@ -17,8 +20,6 @@ from bench.hosts import (
     cluster_from_args,
     host_names,
     is_local_host,
-    is_single_local,
-    is_uniform,
     local_addresses,
     parse_hostfile,
     parse_hostfile_text,
@@ -132,7 +133,7 @@ def test_default_sweep_is_powers_of_two_of_nodes_times_gpus() -> None:
         "n1:1,n2:1", "n1:2,n2:2", "n1:4,n2:4", "n1:8,n2:8",
         "n1:1,n2:1,n3:1", "n1:2,n2:2,n3:2", "n1:4,n2:4,n3:4", "n1:8,n2:8,n3:8",
     ]  # fmt: skip
-    assert all(is_uniform(p) for p in plans)
+    assert all(len({h.slots for h in p}) == 1 for p in plans)
 
 
 def test_explicit_sweep_takes_the_first_hosts_and_the_smallest_host_limits_defaults() -> None:
@@ -165,8 +166,6 @@ def test_this_machine_is_recognised_by_name_and_address() -> None:
     assert "127.0.0.1" in local_addresses()
     assert is_local_host("127.0.0.1")
     assert not is_local_host("node-that-is-not-this-machine.invalid")
-    assert is_single_local((HostSlots("localhost", 2),))
-    assert not is_single_local((HostSlots("localhost", 1), HostSlots("other.invalid", 1)))
 
 
 def cluster_args(argv: list[str]) -> ClusterConfig | None:
@@ -221,3 +220,23 @@ def test_bad_cluster_options_are_errors() -> None:
         cluster_args(["--hosts", "a:1,b:1", "--nodes", "3"])
     with pytest.raises(SystemExit):  # argparse: --hosts and --slurm exclude each other
         cluster_args(["--hosts", "a:1", "--slurm"])
+
+
+def test_the_bench_command_line_takes_the_multi_node_options() -> None:
+    request = parse_request(["--hosts", "n1:2,n2:2", "--nodes", "2", "--launchers", "ddp"])
+    assert request.cluster is not None and request.cluster.hosts == (("n1", 2), ("n2", 2))
+    assert request.cluster.remote_python == sys.executable
+    config = resolve(request, cpu_machine())
+    assert config.gpu_counts == (2, 4)  # 2 nodes x 1 and x 2 ranks
+    assert BenchConfig.from_dict(json.loads(json.dumps(config.to_dict()))) == config
+    with pytest.raises(ConfigError, match="give --nodes and --gpus-per-node"):
+        parse_request(["--hosts", "n1:2", "--gpus", "2"])
+    with pytest.raises(ConfigError, match="invalid host name"):
+        parse_request(["--hosts", "n1;2"])
+
+
+def test_nodes_smaller_than_the_request_are_refused_before_launch() -> None:
+    request = parse_request(["--hosts", "n1:4,n2:4", "--gpus-per-node", "4", "--model", "resnet18"])
+    two_core_nodes = cpu_machine(cores=2)
+    with pytest.raises(ConfigError, match="--gpus-per-node: 4 requested but the smallest node"):
+        validate(resolve(request, two_core_nodes), two_core_nodes, ["resnet18"])

@@ -20,11 +20,13 @@ import time
 from pathlib import Path
 
 import pytest
+from bench_builders import config_for, cpu_machine, run_row
 
-from bench import remote
+from bench import collect, launch, remote, report
 from bench.config import Environment, HorovodStatus
 from bench.hosts import ClusterConfig, parse_hosts
 from bench.launch import NodeCommand
+from bench.plan import plan_sweep
 from bench.remote import (
     RUN_TAG_VAR,
     NodeInfo,
@@ -469,3 +471,59 @@ def test_run_id_is_fresh_and_shell_safe() -> None:
     first, second = remote.new_run_id(), remote.new_run_id()
     assert first != second
     assert shlex.quote(first) == first
+
+
+# ---------------------------------------------------------------- the sweep's seams
+
+
+def test_launch_builds_multi_node_commands_with_what_the_cluster_adds() -> None:
+    cluster = ssh_cluster()
+    cluster.check(["ddp", "horovod"], "cpu")
+    config = config_for(["--model", "resnet18", "--launchers", "ddp,horovod"], cpu_machine())
+    config = dataclasses.replace(config, cluster=cluster.cluster)
+    ddp, horovod = [s for s in plan_sweep(config, "s", (), 2) if s.placement == TWO][:2]
+    first, second = launch.commands_for_run(ddp, cluster=cluster)
+    assert (first.host, second.host) == ("gpu01", "gpu02")
+    assert first.argv[0] == PY
+    assert "--rdzv-endpoint=gpu01:29400" in first.argv
+    assert first.argv.index("--local-addr=10.0.0.1") < first.argv.index("--module")
+    assert "--rdzv-conf=is_host=0" in second.argv
+    assert second.env["GLOO_SOCKET_IFNAME"] == "ens6" and second.env["PYTHONPATH"] == "/srv/bench"
+    (hvd,) = launch.commands_for_run(horovod, cluster=cluster)
+    assert hvd.host == "gpu01" and hvd.argv[0] == "/venv/bin/horovodrun"
+    assert hvd.argv[hvd.argv.index("-H") + 1] == "gpu01:8,gpu02:8"
+    assert list(hvd.argv[hvd.argv.index("-p") : hvd.argv.index("-p") + 2]) == ["-p", "2222"]
+    assert hvd.argv[hvd.argv.index("--network-interfaces") + 1] == "ens5,ens6"
+    assert hvd.env["PYTHONPATH"] == "/srv/bench"
+
+
+def test_rows_record_where_a_run_ran_and_the_interface_it_used(tmp_path: Path) -> None:
+    config = config_for(["--model", "resnet18", "--launchers", "ddp"], cpu_machine())
+    config = dataclasses.replace(config, cluster=ssh_cluster().cluster)
+    spec = next(s for s in plan_sweep(config, "s", (), 2) if s.placement == TWO)
+    assert spec.run_id == "ddp-n16-N2-fp32-nchw-r0"
+    failed = launch.ExecResult(
+        1, False, 3.0, "bench: gpu02: exited with rc=1: RuntimeError: boom\n", tmp_path / "l",
+        environ={"GLOO_SOCKET_IFNAME": "ens5"}, hosts="gpu07:8,gpu09:8",
+    )  # fmt: skip
+    row = collect.run_row(spec, failed, "t")
+    assert (row.status, row.nodes, row.gpus_per_node, row.gpus) == ("failed", 2, 8, 16)
+    assert row.hosts == "gpu07:8,gpu09:8"  # where Slurm put it, not the plan's stand-ins
+    assert "bench: gpu02: exited with rc=1: RuntimeError: boom" in row.error
+    assert collect.describe_interconnect("gloo", ["a", "b"], "", failed.environ) == (
+        "tcp (gloo, ens5)"
+    )
+
+
+def test_report_keeps_one_node_and_two_node_runs_of_equal_size_apart() -> None:
+    rows = [
+        run_row(throughput=100.0),
+        run_row(run_id="ddp-n2-fp32-nchw-r0", gpus=2, gpus_per_node=2, throughput=190.0),
+        run_row(run_id="ddp-n2-N2-fp32-nchw-r0", gpus=2, nodes=2, hosts="a:1,b:1",
+                throughput=150.0),
+    ]  # fmt: skip
+    points = report.summarise(rows, [])
+    assert [(p.gpus, p.nodes, p.throughput) for p in points] == [
+        (1, 1, 100.0), (2, 1, 190.0), (2, 2, 150.0),
+    ]  # fmt: skip
+    assert [round(p.efficiency, 2) for p in points] == [1.0, 0.95, 0.75]
