@@ -6,7 +6,10 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 cache=${GPUSTACK_CACHE:-$HOME/.cache/gpustack}
 dest=$here/.cache/collections
-ansible_version=${GPUSTACK_ANSIBLE_VERSION:-12.2.0}
+ansible_version=12.2.0
+# sha256 of ansible-12.2.0-py3-none-any.whl as PyPI's index lists it; pip checks it on download
+# and this script checks it again on the cached copy.
+ansible_sha256=daafa5c528317f60f68033ad70c59733f4a7548b6255759183cfc7cf422c7fda
 wanted=(community/docker ansible/posix community/general)
 python=${PYTHON:-$here/.venv/bin/python}
 
@@ -18,9 +21,14 @@ mkdir -p "$cache/wheels-ansible" "$dest"
 wheel=$(ls "$cache"/wheels-ansible/ansible-"$ansible_version"-*.whl 2>/dev/null | head -n1 || true)
 if [ -z "$wheel" ]; then
   echo "collections: downloading ansible==$ansible_version from PyPI (once per machine)"
-  "$python" -m pip download -q --no-deps --only-binary=:all: -d "$cache/wheels-ansible" "ansible==$ansible_version"
+  req=$(mktemp)
+  echo "ansible==$ansible_version --hash=sha256:$ansible_sha256" >"$req"
+  "$python" -m pip download -q --no-deps --only-binary=:all: --require-hashes -r "$req" -d "$cache/wheels-ansible"
+  rm -f "$req"
   wheel=$(ls "$cache"/wheels-ansible/ansible-"$ansible_version"-*.whl | head -n1)
 fi
+echo "$ansible_sha256  $wheel" | sha256sum --check --quiet - ||
+  { echo "collections: $wheel does not match its pinned sha256; delete it and re-run" >&2; exit 1; }
 patterns=()
 for c in "${wanted[@]}"; do patterns+=("ansible_collections/$c/*"); done
 ( cd "$dest" && "$python" - "$wheel" "${patterns[@]}" <<'PY'

@@ -18,14 +18,12 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from integration_support import TINY
 
 from bench.faults import ENV_VAR as FAULT_VAR
 from bench.sysinfo import horovod_status
 
 pytestmark = pytest.mark.slow
-
-TINY = ["--model", "resnet18", "--image-size", "32", "--batch-size", "4",
-        "--warmup-steps", "1", "--steps", "3", "--no-progress"]  # fmt: skip
 
 
 def sweep(
@@ -86,12 +84,7 @@ def test_ddp_sweep_writes_rows_files_and_report(tmp_path: Path) -> None:
     assert "| ddp | fp32-nchw | 2 |" in done.stdout  # the summary table
 
 
-needs_horovod = pytest.mark.skipif(
-    not horovod_status().available, reason="Horovod is not installed in this environment"
-)
-
-
-@needs_horovod
+@pytest.mark.usefixtures("horovod")
 def test_horovod_sweep_with_fp16_compression(tmp_path: Path) -> None:
     done, d = sweep(tmp_path, "--launchers", "horovod", "--gpus", "1,2", "--repeats", "1",
                     "--no-probe", "--fp16-allreduce")  # fmt: skip
@@ -172,7 +165,15 @@ def wait_for(condition, timeout_s: float, what: str) -> None:  # type: ignore[no
 def test_interrupt_keeps_finished_rows_and_resume_completes(tmp_path: Path) -> None:
     args = [sys.executable, "-m", "bench.scaling", *TINY, "--out", str(tmp_path),
             "--launchers", "ddp", "--gpus", "1", "--repeats", "2", "--no-probe"]  # fmt: skip
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    # As from a terminal: SIGINT at its default even where this suite runs as a background job
+    # (a shell starts those with SIGINT ignored, and Python then installs no Ctrl-C handler).
+    def default_sigint() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+    proc = subprocess.Popen(
+        args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint
+    )
     try:
         wait_for(lambda: list(tmp_path.glob("*/logs/ddp-n1-fp32-nchw-r1.log")), 300,
                  "the second run to start")  # fmt: skip

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -23,49 +22,20 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from integration_support import REPO, TINY, require_netns_hosts
 
-from bench.sysinfo import horovod_status
-
-REPO = Path(__file__).resolve().parents[2]
 NETNS = REPO / "tests" / "infra" / "netns.sh"
 SUBNET = "10.213.0"
 PORT = 2213
 HOST1, HOST2, HOST3 = f"{SUBNET}.11", f"{SUBNET}.12", f"{SUBNET}.13"
-TINY = ["--model", "resnet18", "--image-size", "32", "--batch-size", "4",
-        "--warmup-steps", "1", "--steps", "3", "--no-progress"]  # fmt: skip
 
 pytestmark = pytest.mark.multihost
-
-
-def missing_prerequisites() -> str:
-    """Why these tests cannot run here, or "" (Horovod's own check is per test)."""
-    if os.geteuid() != 0:
-        return "network namespaces, sshd need root"
-    tools = ("ip", "nsenter", "unshare", "ssh", "ssh-keygen", "/usr/sbin/sshd")
-    missing = [t for t in tools if not shutil.which(t)]
-    return f"missing {', '.join(missing)} (iproute2, util-linux, openssh)" if missing else ""
-
-
-def unavailable(reason: str) -> None:
-    """Skip, or fail where GPUSTACK_REQUIRE_ALL_TESTS=1 (CI) so nothing passes by skipping."""
-    if os.environ.get("GPUSTACK_REQUIRE_ALL_TESTS") == "1":
-        pytest.fail(f"GPUSTACK_REQUIRE_ALL_TESTS=1 but {reason}")
-    pytest.skip(reason)
-
-
-@pytest.fixture(scope="module")
-def horovod() -> None:
-    status = horovod_status()
-    if not status.available:
-        unavailable(f"Horovod is not installed in this environment: {status.reason}")
 
 
 @pytest.fixture(scope="module")
 def hosts(tmp_path_factory: pytest.TempPathFactory):
     """Three namespace hosts with sshd; yields the state directory (keys, ssh_config)."""
-    reason = missing_prerequisites()
-    if reason:
-        unavailable(reason)
+    require_netns_hosts("network namespaces and sshd")
     state = tmp_path_factory.mktemp("netns") / "state"
     env = {**os.environ, "GSB_NETNS_STATE": str(state), "GSB_NETNS_SUBNET": SUBNET,
            "GSB_NETNS_SSH_PORT": str(PORT)}  # fmt: skip

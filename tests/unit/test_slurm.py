@@ -3,7 +3,8 @@
 The generated bash is executed for real against stand-in `scontrol`/`srun`/`python`/`horovodrun`
 commands that record what they were asked to do, so the quoting and the per-node logic (which
 node hosts the rendezvous, which address and interface each one advertises) are checked by
-running them. tests/integration/test_slurm.py runs the same scripts on a real slurmctld/slurmd.
+running them. tests/integration/test_slurm_cluster.py runs the same scripts on a real
+slurmctld/slurmd.
 """
 
 from __future__ import annotations

@@ -9,55 +9,24 @@ afterwards. `python -m bench.scaling --slurm` then submits each configuration wi
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from integration_support import INFRA, REPO, TINY, require_netns_hosts
 
-from bench.sysinfo import horovod_status
-
-REPO = Path(__file__).resolve().parents[2]
-INFRA = REPO / "tests" / "infra"
 SUBNET = "10.213.1"
 PORT = 2214
-TINY = ["--model", "resnet18", "--image-size", "32", "--batch-size", "4",
-        "--warmup-steps", "1", "--steps", "3", "--no-progress"]  # fmt: skip
 
 pytestmark = pytest.mark.slurm
-
-
-def missing_prerequisites() -> str:
-    """Why these tests cannot run here, or "" (Horovod's own check is per test)."""
-    if os.geteuid() != 0:
-        return "network namespaces, sshd, slurmd and munged need root"
-    tools = ("ip", "nsenter", "unshare", "ssh", "ssh-keygen", "/usr/sbin/sshd")
-    missing = [t for t in tools if not shutil.which(t)]
-    return f"missing {', '.join(missing)} (iproute2, util-linux, openssh)" if missing else ""
-
-
-def unavailable(reason: str) -> None:
-    """Skip, or fail where GPUSTACK_REQUIRE_ALL_TESTS=1 (CI) so nothing passes by skipping."""
-    if os.environ.get("GPUSTACK_REQUIRE_ALL_TESTS") == "1":
-        pytest.fail(f"GPUSTACK_REQUIRE_ALL_TESTS=1 but {reason}")
-    pytest.skip(reason)
-
-
-@pytest.fixture(scope="module")
-def horovod() -> None:
-    status = horovod_status()
-    if not status.available:
-        unavailable(f"Horovod is not installed in this environment: {status.reason}")
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory):
     """Two-node Slurm; yields (environment with SLURM_CONF, netns state directory)."""
-    reason = missing_prerequisites()
-    if reason:
-        unavailable(reason)
+    require_netns_hosts("network namespaces, sshd, slurmd and munged")
     base = tmp_path_factory.mktemp("slurm")
     env = {
         **os.environ,

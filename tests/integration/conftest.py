@@ -1,0 +1,16 @@
+"""Fixtures shared by the integration modules (helpers live in integration_support.py)."""
+
+from __future__ import annotations
+
+import pytest
+from integration_support import unavailable
+
+from bench.sysinfo import horovod_status
+
+
+@pytest.fixture(scope="module")
+def horovod() -> None:
+    """Horovod built into this environment (CI builds it; elsewhere the test skips)."""
+    status = horovod_status()
+    if not status.available:
+        unavailable(f"Horovod is not installed in this environment: {status.reason}")
