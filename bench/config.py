@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.argtypes import int_list
 from bench.hosts import (
     CLUSTER_DESTS,
     ClusterConfig,
@@ -142,18 +143,6 @@ class Request:
     cluster: ClusterConfig | None = None
 
 
-def _int_list(text: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated integers, got {text!r}"
-        ) from None
-    if not values:
-        raise argparse.ArgumentTypeError("expected at least one value")
-    return values
-
-
 def _choice_list(choices: Sequence[str]) -> Any:
     def parse(text: str) -> tuple[str, ...]:
         values = tuple(v.strip() for v in text.split(",") if v.strip())
@@ -204,7 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
     add(
         "--gpus",
         dest="gpu_counts",
-        type=_int_list,
+        type=int_list,
         help="GPU (rank) counts to sweep [default: 1,2,4,... up to all visible GPUs; 1,2 on CPU]",
     )
     add(

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.argtypes import int_list
 from bench.plan import LOCAL_HOST, HostSlots, Placement, default_rank_counts
 
 # Hostnames (RFC 1123 labels, underscores tolerated as many fleets use them) and IPv4/IPv6
@@ -293,18 +294,6 @@ class ClusterConfig:
 SLURM_NODE_PREFIX = "slurm-node"
 
 
-def _int_list(text: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated integers, got {text!r}"
-        ) from None
-    if not values:
-        raise argparse.ArgumentTypeError("expected at least one value")
-    return values
-
-
 def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
     """The multi-node options of python -m bench.scaling."""
     group = parser.add_argument_group(
@@ -323,13 +312,13 @@ def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
     add(
         "--nodes",
         dest="node_counts",
-        type=_int_list,
+        type=int_list,
         help="node counts to sweep [default: 1,2,4,... up to all hosts; required with --slurm]",
     )
     add(
         "--gpus-per-node",
         dest="gpus_per_node",
-        type=_int_list,
+        type=int_list,
         help="ranks per node to sweep [default: 1,2,4,... up to the smallest host's slots; "
         "1 with --slurm on CPU]",
     )

@@ -122,3 +122,24 @@ def scenario_dir() -> Path:
 def host_snapshot():
     """snapshot(host): the state a refused run must leave exactly as it was."""
     return snapshot
+
+
+def refused_run(host, playbook: str | Path, extra_vars: dict) -> str:
+    """Run `playbook` on `host` alone, expecting it to stop before any change there.
+
+    Asserts that the play failed on that host and that the host's snapshot is exactly as before;
+    returns the failed task's message for the caller's checks on what it says.
+    """
+    name = host.backend.get_hostname()
+    before = snapshot(host)
+    run = run_playbook(playbook, limit=name, extra_vars=extra_vars)
+    assert run.rc != 0, f"the play did not stop on {name}:\n{run.stdout[-3000:]}"
+    assert name in run.failures, f"no failed task on {name} (rc {run.rc}):\n{run.stderr[-3000:]}"
+    assert snapshot(host) == before, f"the refused run changed {name}"
+    return run.failures[name]
+
+
+@pytest.fixture(scope="session")
+def refused():
+    """refused(host, playbook, extra_vars) -> the message of a play that must change nothing."""
+    return refused_run

@@ -6,6 +6,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "nvidia_driver" / "tests"))
 import driver_state as ds
 
+PROJECT_DIR = Path(__file__).resolve().parents[3]
+
 VERSION = "535.183.01"
 SIGNED_ONLY = ["nvidia-headless-no-dkms-535-server", "nvidia-utils-535-server"]
 DKMS_ONLY = ["nvidia-headless-535-server", "nvidia-dkms-535-server"]
@@ -53,3 +55,16 @@ def test_fabricmanager_skipped_without_nvswitch(host):
 
 def test_pending_reboot_recorded(host):
     ds.assert_reboot_pending(host, "distro")
+
+
+def test_refuses_a_branch_the_archive_moved_to_another(host, refused):
+    # The stand-in archive publishes the 545-server packages only as transitional packages of
+    # 550 (see tests/standin/packages.yml). Moving to 545 on purpose must stop with the reason
+    # before the holds are released or anything is installed.
+    message = refused(
+        host, PROJECT_DIR / "playbooks" / "upgrade-driver.yml", {"nvidia_driver_branch": "545"}
+    )
+    assert "offered only at 550.127.05" in message
+    assert "driver branch 545 (nvidia_driver_branch)" in message
+    assert "moved this branch-named package to another branch" in message
+    ds.assert_driver_held(host, VERSION)
