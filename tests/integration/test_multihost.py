@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from integration_support import REPO, TINY, require_netns_hosts
+from integration_support import INFRA, REPO, TINY, require_netns_hosts
 
-NETNS = REPO / "tests" / "infra" / "netns.sh"
+NETNS = INFRA / "netns.sh"
 SUBNET = "10.213.0"
 PORT = 2213
 HOST1, HOST2, HOST3 = f"{SUBNET}.11", f"{SUBNET}.12", f"{SUBNET}.13"
