@@ -1,6 +1,6 @@
 """Which hosts a run uses and how many ranks each one starts: parsing and node-count sweeps.
 
-A placement (bench.plan.Placement: a tuple of HostSlots) is the ordered hosts of one run with
+A placement (bench.spec.Placement: a tuple of HostSlots) is the ordered hosts of one run with
 their slots (ranks, normally GPUs). The first host is where the rendezvous lives (torchrun's c10d
 endpoint, horovodrun itself). Hosts come from `--hosts node1:8,node2:8` or from a hostfile in
 the formats MPI and Horovod use:
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.argtypes import int_list
-from bench.plan import LOCAL_HOST, HostSlots, Placement, default_rank_counts
+from bench.spec import LOCAL_HOST, HostSlots, Placement
 
 # Hostnames (RFC 1123 labels, underscores tolerated as many fleets use them) and IPv4/IPv6
 # addresses. Nothing here may reach a shell unquoted, but a strict check turns a typo such as
@@ -39,6 +39,20 @@ _SLOTS_FIELD = re.compile(r"^(slots|max_slots|max-slots)=(\S*)$")
 
 class HostSpecError(ValueError):
     """A host list or hostfile that cannot be understood."""
+
+
+def default_rank_counts(max_ranks: int) -> tuple[int, ...]:
+    """1, 2, 4, ... up to `max_ranks`, ending with `max_ranks` itself if it is not a power of 2."""
+    if max_ranks < 1:
+        raise ValueError(f"need at least one rank, got {max_ranks}")
+    counts = []
+    n = 1
+    while n <= max_ranks:
+        counts.append(n)
+        n *= 2
+    if counts[-1] != max_ranks:
+        counts.append(max_ranks)
+    return tuple(counts)
 
 
 def check_placement(placement: Sequence[HostSlots]) -> Placement:
@@ -119,10 +133,12 @@ def parse_host_token(token: str, default_slots: int | None = None, where: str = 
 
 
 def parse_hosts(text: str, default_slots: int | None = None) -> Placement:
-    """`--hosts node1:8,node2:8` (also accepts whitespace between entries)."""
-    tokens = [t for t in re.split(r"[,\s]+", text.strip()) if t]
-    if not tokens:
+    """`--hosts node1:8,node2:8`: comma-separated entries, each named when it is malformed."""
+    tokens = [t.strip() for t in text.split(",")]
+    if not any(tokens):
         raise HostSpecError("--hosts is empty")
+    if not all(tokens):
+        raise HostSpecError(f"--hosts {text!r}: an empty entry between commas")
     return check_placement(
         [parse_host_token(t, default_slots, where=f"--hosts entry {t!r}") for t in tokens]
     )
@@ -242,7 +258,7 @@ class ClusterConfig:
     """Where a multi-node sweep runs and how the bench reaches the nodes.
 
     Either hosts (reached over ssh) or slurm (nodes allocated per configuration by Slurm). Plain
-    data, so it round-trips through sweep.json for --resume; bench.remote and bench.slurm turn
+    data, so it round-trips through sweep.json for --resume; bench.launchers.ssh and .slurm turn
     it into ssh and Slurm options.
     """
 
@@ -304,57 +320,76 @@ def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add = group.add_argument
     where = group.add_mutually_exclusive_group()
-    where.add_argument("--hosts", help="nodes and their GPUs (ranks), e.g. node1:8,node2:8")
+    where.add_argument(
+        "--hosts",
+        help="nodes and their GPUs (ranks), e.g. node1:8,node2:8 (default: this machine only)",
+    )
     where.add_argument("--hostfile", type=Path,
-                       help="MPI/Horovod hostfile: 'node1 slots=8' or 'node1:8' lines")  # fmt: skip
+                       help="MPI/Horovod hostfile: 'node1 slots=8' or 'node1:8' lines "
+                       "(default: none)")  # fmt: skip
     where.add_argument("--slurm", action="store_true",
-                       help="run each configuration as a Slurm job (sbatch --wait)")  # fmt: skip
+                       help="one Slurm job per configuration (default: no Slurm)")  # fmt: skip
     add(
         "--nodes",
         dest="node_counts",
         type=int_list,
-        help="node counts to sweep [default: 1,2,4,... up to all hosts; required with --slurm]",
+        help="node counts to sweep, required with --slurm (default: 1,2,4,... up to all hosts)",
     )
     add(
         "--gpus-per-node",
         dest="gpus_per_node",
         type=int_list,
-        help="ranks per node to sweep [default: 1,2,4,... up to the smallest host's slots; "
-        "1 with --slurm on CPU]",
+        help="ranks per node to sweep (default: 1,2,4,... up to the smallest host's slots; "
+        "1 with --slurm)",
     )
-    add("--ssh-user", help="ssh user on the nodes [default: yours / ~/.ssh/config]")
-    add("--ssh-port", type=int, help="sshd port of every node [default: 22 / ~/.ssh/config]")
-    add("--ssh-identity-file", help="private key for ssh to the nodes (also given to horovodrun)")
-    add("--ssh-config", help="ssh client config file (ssh -F)")
+    _add_ssh_options(add)
+    _add_slurm_options(add)
+
+
+def _add_ssh_options(add: Any) -> None:
+    """How the nodes of --hosts/--hostfile are reached (and Slurm jobs' horovodrun reaches
+    the other nodes)."""
+    add("--ssh-user", help="ssh user on the nodes (default: yours, or ~/.ssh/config's)")
+    add("--ssh-port", type=int, help="sshd port of every node (default: 22 or ~/.ssh/config's)")
+    add(
+        "--ssh-identity-file",
+        help="private key for ssh to the nodes, also given to horovodrun "
+        "(default: ssh's own choice)",
+    )
+    add("--ssh-config", help="ssh client config file, ssh -F (default: ~/.ssh/config)")
     add(
         "--ssh-option",
         dest="ssh_options",
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="extra ssh -o option, repeatable (e.g. UserKnownHostsFile=/path)",
+        help="extra ssh -o option, repeatable, e.g. UserKnownHostsFile=/path (default: none)",
     )
     add(
         "--network-interface",
-        help="interface for NCCL/Gloo traffic on every node [default: the one routing to the "
-        "first node, found on each node]",
+        help="interface for NCCL/Gloo traffic on every node (default: the one routing to the "
+        "first node, found on each node)",
     )
-    add("--remote-python", help="Python on the nodes [default: this interpreter's path]")
-    add("--remote-workdir", help="bench checkout on the nodes [default: this checkout's path]")
-    add("--rdzv-port", type=int, default=29400, help="c10d rendezvous port on the first node")
-    add("--slurm-partition", help="partition the jobs go to [default: Slurm's default]")
-    add("--slurm-account", help="account charged for the jobs")
-    add("--slurm-args", default="", help="more sbatch options, e.g. '--qos=bench --exclusive'")
+    add("--remote-python", help="Python on the nodes (default: this interpreter's path)")
+    add("--remote-workdir", help="bench checkout on the nodes (default: this checkout's path)")
+    add(
+        "--rdzv-port",
+        type=int,
+        default=29400,
+        help="c10d rendezvous port on the first node (default: 29400)",
+    )
+
+
+def _add_slurm_options(add: Any) -> None:
+    add("--slurm-partition", help="partition the jobs go to (default: Slurm's)")
+    add("--slurm-account", help="account charged for the jobs (default: Slurm's)")
+    add(
+        "--slurm-args",
+        default="",
+        help="more sbatch options, e.g. '--qos=bench --exclusive' (default: none)",
+    )
     add("--slurm-submit", choices=("sbatch", "salloc"), default="sbatch",
-        help="sbatch --wait (batch) or salloc (interactive allocation)")  # fmt: skip
-
-
-CLUSTER_DESTS = (
-    "hosts", "hostfile", "slurm", "node_counts", "gpus_per_node", "ssh_user", "ssh_port",
-    "ssh_identity_file", "ssh_config", "ssh_options", "network_interface", "remote_python",
-    "remote_workdir", "rdzv_port", "slurm_partition", "slurm_account", "slurm_args",
-    "slurm_submit",
-)  # fmt: skip
+        help="sbatch --wait (batch) or salloc (interactive) (default: sbatch)")  # fmt: skip
 
 
 def cluster_from_args(args: argparse.Namespace, python: str, workdir: str) -> ClusterConfig | None:

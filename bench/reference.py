@@ -1,10 +1,21 @@
 """Published ResNet-50 training figures and GPU peak FLOP/s, to put a measurement in context.
 
-Figures are from shared/docs/ANCHORS.md (Lambda's deeplearning-benchmark, NVIDIA's
-DeepLearningExamples, PyTorch's DDP benchmark, MLPerf Training v4.0). Peaks are NVIDIA's
-datasheet dense (no sparsity) numbers. They differ from our runs in batch size, software and
-data pipeline, so the report shows them as context, not as pass/fail thresholds; only the FLOP
-bound is a hard limit (a result above it is a measurement bug).
+Every figure below was re-read from its source (the `source` and `url` beside it) in 2026-11:
+Lambda's deeplearning-benchmark CSVs (NVIDIA's DeepLearningExamples code in NGC containers,
+synthetic data), the tables of NVIDIA's DeepLearningExamples PyTorch ResNet-50 v1.5 README, and
+PyTorch's DDP benchmark. Lambda labels its non-AMP column "FP32"; NGC's PyTorch runs those
+convolutions on TF32 tensor cores on Ampere and newer, so they are recorded as tf32 there.
+MLPerf Training's ResNet-50 (last round v3.1, 2023; the benchmark was retired before v4.0)
+publishes minutes to train, not img/s: its per-GPU rate is an estimate derived from NVIDIA's
+DGX H100 submission logs, kept as the realistic ceiling and marked as such. Not found in a
+source that could be read here, so not listed: Lambda's 1-GPU H200 and B200 ResNet-50 rows
+(results_v2 holds 8-GPU H200 logs only), and any ResNet-50 MLPerf Training result for H200 or
+B200 (none exists: both arrived after ResNet-50 left the suite).
+
+Peaks are NVIDIA's datasheet dense (no sparsity) numbers. Published figures differ from our
+runs in batch size, software and data pipeline, so the report shows them as context, not as
+pass/fail thresholds; only the FLOP bound is a hard limit (a result above it is a measurement
+bug). `mfu` puts any img/s figure, measured or published, on the same scale.
 """
 
 from __future__ import annotations
@@ -16,6 +27,18 @@ from dataclasses import dataclass
 # that, 2 FLOP per multiply-add: 3 * 4.1e9 * 2 = 24.6 GFLOP.
 RESNET50_FLOPS_PER_IMAGE = 24.6e9
 RESNET50_IMAGE_SIZE = 224
+
+LAMBDA = "https://github.com/lambdal/deeplearning-benchmark/blob/master/pytorch/"
+LAMBDA_V1_AMP = LAMBDA + "pytorch-train-throughput-fp16.csv"  # NGC 22.10; batch: *-bs-*.csv
+LAMBDA_V1_TF32 = LAMBDA + "pytorch-train-throughput-fp32.csv"
+LAMBDA_V2_AMP = LAMBDA + "pytorch-train-throughput-v2-fp16.csv"  # results_v2, NGC 24.x
+LAMBDA_V2_TF32 = LAMBDA + "pytorch-train-throughput-v2-fp32.csv"
+DLE = (
+    "https://github.com/NVIDIA/DeepLearningExamples/blob/master/PyTorch/Classification/"
+    "ConvNets/resnet50v1.5/README.md#training-performance-results"
+)  # pytorch-21.03 NGC container
+DDP_BENCH = "https://github.com/pytorch/pytorch/tree/main/benchmarks/distributed/ddp"
+MLPERF = "https://github.com/mlcommons/training_results_v3.1 (NVIDIA DGX H100, resnet)"
 
 
 @dataclass(frozen=True)
@@ -32,6 +55,7 @@ class GpuPeak:
 # Most specific first: identify_gpu returns the first entry whose every token is a word of the
 # device name.
 GPU_PEAKS: tuple[tuple[tuple[str, ...], GpuPeak], ...] = (
+    (("B200",), GpuPeak("B200", 75e12, 1100e12, 2250e12, 2250e12)),
     (("H200", "NVL"), GpuPeak("H200 NVL", 60e12, 417.5e12, 835e12, 835e12)),
     (("H200",), GpuPeak("H200 SXM", 67e12, 494.7e12, 989.4e12, 989.4e12)),
     (("H100", "NVL"), GpuPeak("H100 NVL", 60e12, 417.5e12, 835e12, 835e12)),
@@ -39,6 +63,8 @@ GPU_PEAKS: tuple[tuple[tuple[str, ...], GpuPeak], ...] = (
     (("H100",), GpuPeak("H100 SXM", 67e12, 494.7e12, 989.4e12, 989.4e12)),
     (("A100",), GpuPeak("A100", 19.5e12, 156e12, 312e12, 312e12)),
     (("A40",), GpuPeak("A40", 37.4e12, 74.8e12, 149.7e12, 149.7e12)),
+    # GeForce: fp16/bf16 with fp32 accumulation (what AMP uses) at half the fp16-accumulate rate
+    (("RTX", "4090"), GpuPeak("RTX 4090", 82.6e12, 82.6e12, 165.2e12, 165.2e12)),
     (("V100", "PCIE"), GpuPeak("V100 PCIe", 14e12, None, 112e12, None)),
     (("V100",), GpuPeak("V100 SXM2", 15.7e12, None, 125e12, None)),
 )
@@ -47,32 +73,59 @@ GPU_PEAKS: tuple[tuple[tuple[str, ...], GpuPeak], ...] = (
 @dataclass(frozen=True)
 class Published:
     source: str
-    gpu: str  # the GpuPeak.name family it applies to ("H100", "A100", ...)
+    gpu: str  # the GpuPeak.name it was measured on ("H100 SXM", "A100", ...)
     precision: str  # "fp32", "tf32" or "amp"
-    batch_per_gpu: int | None
+    batch_per_gpu: int | None  # None: the source does not say
     gpus: int
     images_per_s_per_gpu: float
     note: str = ""
     ceiling: bool = False  # MLPerf: a tuned framework and input pipeline, the realistic ceiling
+    layout: str = "nchw"  # activation memory format of the run
+    url: str = ""  # where the figure can be read
+
+
+def _lambda(gpu: str, precision: str, batch: int | None, gpus: int, total: float, url: str,
+            note: str) -> Published:  # fmt: skip
+    return Published("Lambda deeplearning-benchmark", gpu, precision, batch, gpus, total / gpus,
+                     note, layout="nchw", url=url)  # fmt: skip
 
 
 PUBLISHED: tuple[Published, ...] = (
-    Published("Lambda deeplearning-benchmark", "A40", "tf32", 496, 1, 390.7),
-    Published("Lambda deeplearning-benchmark", "A40", "tf32", 496, 8, 3087 / 8),
-    Published("Lambda deeplearning-benchmark", "A40", "amp", 928, 8, 645.0, "about"),
-    Published("Lambda deeplearning-benchmark", "H100", "amp", None, 1, 2791.0, "SXM, NCHW"),
-    Published("Lambda deeplearning-benchmark", "H100", "amp", None, 8, 22059 / 8, "SXM, NCHW"),
-    Published("Lambda deeplearning-benchmark", "H200", "amp", None, 1, 3080.0, "NCHW"),
-    Published("Lambda deeplearning-benchmark", "H200", "amp", None, 8, 24479 / 8, "NCHW"),
-    Published("NVIDIA DeepLearningExamples RN50 v1.5", "A100", "tf32", 256, 1, 938.0, "80 GB"),
-    Published("NVIDIA DeepLearningExamples RN50 v1.5", "A100", "tf32", 256, 8, 7248 / 8, "80 GB"),
-    Published("NVIDIA DeepLearningExamples RN50 v1.5", "A100", "amp", 256, 1, 2470.0, "80 GB"),
-    Published("NVIDIA DeepLearningExamples RN50 v1.5", "A100", "amp", 256, 8, 16621 / 8, "80 GB"),
-    Published("PyTorch benchmarks/distributed/ddp", "V100", "fp32", 32, 1, 329.0),
-    Published("PyTorch benchmarks/distributed/ddp", "V100", "fp32", 32, 16, 306.0),
-    Published("MLPerf Training v4.0", "H100", "amp", None, 8, 7160.0, "MXNet+DALI NHWC", True),
-    Published("MLPerf Training v4.0", "H200", "amp", None, 8, 7950.0, "MXNet+DALI NHWC", True),
-)
+    # Lambda results_v2 (H100 SXM5 on Lambda On-Demand; batch not in the CSV)
+    _lambda("H100 SXM", "amp", None, 1, 2791, LAMBDA_V2_AMP, "SXM5, results_v2"),
+    _lambda("H100 SXM", "amp", None, 8, 22059, LAMBDA_V2_AMP, "SXM5, results_v2"),
+    _lambda("H100 SXM", "tf32", None, 1, 1895, LAMBDA_V2_TF32, "SXM5, results_v2 ('FP32')"),
+    _lambda("H100 SXM", "tf32", None, 8, 14969, LAMBDA_V2_TF32, "SXM5, results_v2 ('FP32')"),
+    _lambda("H100 PCIe", "amp", None, 1, 1976, LAMBDA_V2_AMP, "results_v2"),
+    _lambda("H100 PCIe", "tf32", None, 1, 1248, LAMBDA_V2_TF32, "results_v2 ('FP32')"),
+    # Lambda 2023 (NGC 22.10); batch per GPU from pytorch-train-bs-fp16/fp32.csv
+    _lambda("A100", "amp", 1280, 1, 1582, LAMBDA_V1_AMP, "80GB SXM4, NGC 22.10"),
+    _lambda("A100", "amp", 1280, 8, 11439, LAMBDA_V1_AMP, "80GB SXM4, NGC 22.10"),
+    _lambda("A100", "tf32", 640, 1, 1066, LAMBDA_V1_TF32, "80GB SXM4, NGC 22.10 ('FP32')"),
+    _lambda("A100", "tf32", 640, 8, 7397, LAMBDA_V1_TF32, "80GB SXM4, NGC 22.10 ('FP32')"),
+    _lambda("RTX 4090", "amp", 448, 1, 1301, LAMBDA_V1_AMP, "NGC 22.10"),
+    _lambda("RTX 4090", "tf32", 224, 1, 721, LAMBDA_V1_TF32, "NGC 22.10 ('FP32')"),
+    # NVIDIA DeepLearningExamples, DGX A100 80GB, pytorch-21.03 (NCHW then)
+    Published("NVIDIA DeepLearningExamples RN50 v1.5", "A100", "tf32", None, 1, 938.0,
+              "DGX A100 80GB", url=DLE),
+    Published("NVIDIA DeepLearningExamples RN50 v1.5", "A100", "tf32", None, 8, 7248 / 8,
+              "DGX A100 80GB", url=DLE),
+    Published("NVIDIA DeepLearningExamples RN50 v1.5", "A100", "amp", None, 1, 2470.0,
+              "DGX A100 80GB", url=DLE),
+    Published("NVIDIA DeepLearningExamples RN50 v1.5", "A100", "amp", None, 8, 16621 / 8,
+              "DGX A100 80GB", url=DLE),
+    Published("NVIDIA DeepLearningExamples RN50 v1.5", "V100 SXM2", "fp32", None, 1, 367.0,
+              "DGX-1 16GB", url=DLE),
+    Published("NVIDIA DeepLearningExamples RN50 v1.5", "V100 SXM2", "amp", None, 1, 1200.0,
+              "DGX-1 16GB", url=DLE),
+    Published("PyTorch benchmarks/distributed/ddp", "V100 SXM2", "fp32", 32, 1, 329.0,
+              url=DDP_BENCH),
+    Published("PyTorch benchmarks/distributed/ddp", "V100 SXM2", "fp32", 32, 16, 306.0,
+              url=DDP_BENCH),
+    Published("MLPerf Training v3.0/v3.1 (estimate)", "H100 SXM", "amp", None, 8, 7000.0,
+              "MXNet + DALI; per-GPU rate derived from submission logs, about", ceiling=True,
+              layout="nhwc", url=MLPERF),
+)  # fmt: skip
 
 
 def identify_gpu(device_name: str) -> GpuPeak | None:
@@ -96,6 +149,7 @@ def peak_flops(gpu: GpuPeak, precision: str) -> float | None:
         "tf32": gpu.tf32,
         "amp-fp16": gpu.fp16,
         "amp-bf16": gpu.bf16,
+        "amp": gpu.bf16 or gpu.fp16,  # a published AMP figure: bf16 where the GPU has it
     }[precision]
 
 
@@ -106,10 +160,33 @@ def flops_per_image(model: str, image_size: int) -> float | None:
     return RESNET50_FLOPS_PER_IMAGE * (image_size / RESNET50_IMAGE_SIZE) ** 2
 
 
+def mfu(
+    images_per_s_per_gpu: float,
+    gpu: GpuPeak,
+    precision: str,
+    model: str = "resnet50",
+    image_size: int = RESNET50_IMAGE_SIZE,
+) -> float | None:
+    """Model FLOP utilisation: img/s x training FLOPs per image / the precision's peak FLOP/s.
+
+    `precision` is a run's ("amp-bf16") or a published family ("amp", "tf32"). None where the
+    model's FLOPs or the GPU's peak at that precision are unknown.
+    """
+    flops = flops_per_image(model, image_size)
+    peak = peak_flops(gpu, precision)
+    if flops is None or not peak:
+        return None
+    return images_per_s_per_gpu * flops / peak
+
+
 def published_for(gpu: GpuPeak, precision: str) -> list[Published]:
-    family = gpu.name.split()[0]
     wanted = precision_family(precision)
-    return [p for p in PUBLISHED if p.gpu == family and p.precision == wanted]
+    return [p for p in published_on(gpu) if p.precision == wanted]
+
+
+def published_on(gpu: GpuPeak) -> list[Published]:
+    """Every published figure measured on this GPU model."""
+    return [p for p in PUBLISHED if p.gpu == gpu.name]
 
 
 def nearest_published(published: list[Published], gpus: int) -> Published | None:

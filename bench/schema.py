@@ -1,8 +1,9 @@
 """The result schema, declared once.
 
-`RunRow` is one run (one launch of one configuration and repeat); `ProbeRow` is one allreduce
-probe. Writing (Parquet, CSV, JSON), reading, statistics and plotting all take their columns and
-types from these dataclasses: add a field here and every output gains the column.
+`RunRow` is one run (one launch of one configuration and repeat): its identity, every knob
+declared in bench.spec (a knob added there becomes a column here) and its measurements.
+`ProbeRow` is one allreduce probe. Writing (Parquet, CSV, JSON), reading, statistics and
+plotting all take their columns and types from these: every output gains a column added here.
 
 Measurements are `None` (null/NaN in files) when a run did not produce them. A crashed run is
 never a row of zeros.
@@ -21,6 +22,8 @@ from typing import Any, TypeVar
 import pandas as pd
 import pyarrow as pa
 
+from bench.spec import Variant, Workload, knobs
+
 
 class Status(str, Enum):
     OK = "ok"
@@ -32,8 +35,9 @@ class Status(str, Enum):
 
 
 @dataclass(frozen=True)
-class RunRow:
-    # identity
+class RunIdentity:
+    """The first columns of a run's row: which run, how it ended, where it ran, its shape."""
+
     sweep_id: str
     run_id: str
     repeat: int
@@ -48,39 +52,37 @@ class RunRow:
     gpus_per_node: int
     gpus: int
     hosts: str
-    device: str
     device_name: str
     backend: str
     interconnect: str
-    # workload and every knob
-    model: str
+    # the run's shape (the knobs follow: every Variant and Workload field with row=True)
     scaling: str
     batch_per_gpu: int
     global_batch: int
-    image_size: int
-    precision: str
-    channels_last: bool
-    compile: bool
-    bucket_cap_mb: float
-    static_graph: bool
-    gradient_as_bucket_view: bool
-    broadcast_buffers: bool
-    fp16_allreduce: bool
-    data: str
-    loader_workers: int
     threads_per_rank: int
-    warmup_steps: int
-    timed_steps: int
-    # measurements (timed window only; warm-up excluded)
+
+
+@dataclass(frozen=True)
+class Measurements:
+    """The last columns of a run's row; None when the run produced none."""
+
+    # timed window only; warm-up excluded
     images: int | None = None
     window_s: float | None = None  # slowest rank's timed window
     throughput: float | None = None  # images / window_s, img/s over all ranks
     throughput_per_gpu: float | None = None
     step_time_median_s: float | None = None  # per step, the slowest rank's time
     step_time_p90_s: float | None = None
+    step_time_cv: float | None = None  # stdev / mean of the slowest rank's step times
+    timed_steps_run: int | None = None  # steps in the window (more than --steps with a duration)
+    warmup_steps_run: int | None = None  # untimed steps before it (warm-up until steady)
+    compile_s: float | None = None  # first step, which compiled the model (slowest rank)
     rank_imbalance: float | None = None  # slowest / fastest rank window - 1
     data_wait_s: float | None = None  # worst rank's time blocked waiting for input batches
     data_wait_fraction: float | None = None
+    # real data only: each rank's loader alone (no model) right after the window, all at once
+    loader_throughput_per_gpu: float | None = None  # the slowest rank's loader, img/s
+    loader_throughput: float | None = None  # sum over the ranks, img/s
     peak_memory_gb: float | None = None
     gradient_mb: float | None = None
     # GPU telemetry during the timed window (pynvml; empty on CPU)
@@ -90,6 +92,33 @@ class RunRow:
     power_w_max: float | None = None
     temperature_c_max: float | None = None
     throttle_reasons: str = ""
+
+
+def knob_columns() -> list[tuple[str, Any]]:
+    """(name, type) of every knob recorded per row, in declaration order (bench.spec)."""
+    columns = []
+    for cls in (Variant, Workload):
+        hints = typing.get_type_hints(cls)
+        columns += [(name, hints[name]) for name, k in knobs(cls) if k.row]
+    return columns
+
+
+def knob_values(workload: Workload, variant: Variant) -> dict[str, Any]:
+    """A run's knob columns (see knob_columns)."""
+    values = {**dataclasses.asdict(variant), **dataclasses.asdict(workload)}
+    return {name: values[name] for name, _ in knob_columns()}
+
+
+# One run: identity, then every knob, then the measurements. Built from the declarations, so a
+# knob added to bench.spec becomes a column here without an edit.
+RunRow = dataclasses.make_dataclass(
+    "RunRow",
+    [(f.name, f.type) for f in dataclasses.fields(RunIdentity)]
+    + knob_columns()
+    + [(f.name, f.type, f) for f in dataclasses.fields(Measurements)],
+    frozen=True,
+)
+RunRow.__module__ = __name__  # where get_type_hints resolves the column types
 
 
 @dataclass(frozen=True)
@@ -113,7 +142,7 @@ class ProbeRow:
     busbw_gbps: float | None = None  # algbw * 2(n-1)/n, as nccl-tests defines it
 
 
-Row = TypeVar("Row", RunRow, ProbeRow)
+Row = TypeVar("Row")
 
 _ARROW = {str: pa.string(), int: pa.int64(), float: pa.float64(), bool: pa.bool_()}
 _PANDAS = {str: "string", int: "Int64", float: "float64", bool: "boolean"}

@@ -4,9 +4,12 @@ Definitions used throughout:
 - throughput = images in the timed window / wall time of that window, never a mean of per-step
   rates (which overweights fast steps). With several ranks the window is the slowest rank's:
   every rank must finish its steps before the global batch is done.
-- speed-up(N) = T(N) / T(1); efficiency(N) = T(N) / (N * T(1)).
-- confidence intervals: percentile bootstrap over the repeats (independent launches), which
-  say how well the mean is known, unlike the +- spread of windows some harnesses print.
+- speed-up(N) = T(N) / T(1); efficiency(N) = speed-up / ideal speed-up, where the ideal is
+  N on GPUs and the ratio of cores used on CPU (ranks x threads per rank).
+- a configuration's figure is the mean over its launches (independent repeats); its 95 %
+  interval is a Student-t interval of that mean (coverage checked by simulation in the tests),
+  undefined for a single launch. Ratios of means (efficiency) carry both sets' uncertainty
+  through the delta method.
 - epoch time model: T(N) = a + b / N; `a` is the time per epoch that does not shrink with GPUs.
 - allreduce bandwidth as nccl-tests defines it: algbw = bytes / time,
   busbw = algbw * 2(n-1)/n (what each link carries in a ring).
@@ -14,8 +17,9 @@ Definitions used throughout:
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -53,60 +57,137 @@ def speedup(throughput_n: float, throughput_1: float) -> float:
     return throughput_n / throughput_1
 
 
-def efficiency(throughput_n: float, gpus: int, throughput_1: float) -> float:
-    return throughput_n / (gpus * throughput_1)
+def efficiency(throughput_n: float, ideal_speedup: float, throughput_1: float) -> float:
+    """Speed-up over the ideal one: N on N GPUs, the ratio of cores used for CPU ranks."""
+    return throughput_n / (ideal_speedup * throughput_1)
 
 
 @dataclass(frozen=True)
 class Interval:
+    """A confidence interval; NaN ends mean "not defined" (e.g. a single launch)."""
+
     low: float
     high: float
 
+    @property
+    def defined(self) -> bool:
+        return not (math.isnan(self.low) or math.isnan(self.high))
 
-def bootstrap_ci(
-    samples: Sequence[float],
-    statistic: Callable[[np.ndarray], np.ndarray] = lambda x: x.mean(axis=-1),
+
+NO_INTERVAL = Interval(math.nan, math.nan)
+
+# Named in the report beside every interval it prints.
+MEAN_METHOD = "Student-t interval of the mean over launches"
+RATIO_METHOD = "delta method on log(mean(N) / mean(1)) with Welch-Satterthwaite degrees of freedom"
+
+
+def _t_two_sided_mass(t: float, df: int) -> float:
+    """P(|T| < t) for Student's t with integer `df` (Abramowitz & Stegun 26.7.3-4, exact)."""
+    theta = math.atan(t / math.sqrt(df))
+    sin, cos2 = math.sin(theta), math.cos(theta) ** 2
+    if df % 2 == 1:
+        term = total = math.cos(theta)
+        for j in range(1, df - 2, 2):  # cos + 2/3 cos^3 + (2*4)/(3*5) cos^5 ... up to cos^(df-2)
+            term *= (j + 1) / (j + 2) * cos2
+            total += term
+        return 2.0 / math.pi * (theta + (sin * total if df > 1 else 0.0))
+    term = total = 1.0
+    for j in range(0, df - 2, 2):  # 1 + 1/2 cos^2 + (1*3)/(2*4) cos^4 ... up to cos^(df-2)
+        term *= (j + 1) / (j + 2) * cos2
+        total += term
+    return sin * total
+
+
+@functools.lru_cache(maxsize=256)
+def t_quantile(confidence: float, df: int) -> float:
+    """t such that P(|T| < t) = confidence: the two-sided critical value of Student's t."""
+    if df < 1 or not 0.0 < confidence < 1.0:
+        raise ValueError(f"need df >= 1 and 0 < confidence < 1, got df={df}, {confidence}")
+    low, high = 0.0, 1.0
+    while _t_two_sided_mass(high, df) < confidence:
+        high *= 2.0
+    for _ in range(200):
+        mid = (low + high) / 2.0
+        if _t_two_sided_mass(mid, df) < confidence:
+            low = mid
+        else:
+            high = mid
+    return (low + high) / 2.0
+
+
+def t_quantile_real(confidence: float, df: float) -> float:
+    """t_quantile at a non-integer df (Welch): linear in 1/df between the neighbouring integers."""
+    below = max(1, math.floor(df))
+    if df <= below:
+        return t_quantile(confidence, below)
+    weight = (1.0 / below - 1.0 / df) / (1.0 / below - 1.0 / (below + 1))
+    return (1 - weight) * t_quantile(confidence, below) + weight * t_quantile(confidence, below + 1)
+
+
+def mean(samples: Sequence[float]) -> float:
+    return float(np.mean(samples)) if len(samples) else math.nan
+
+
+def coefficient_of_variation(samples: Sequence[float]) -> float:
+    """Sample standard deviation / mean over launches; NaN with fewer than two."""
+    if len(samples) < 2:
+        return math.nan
+    return float(np.std(samples, ddof=1) / np.mean(samples))
+
+
+def t_interval(
+    samples: Sequence[float], *, confidence: float = 0.95, floor: float = -math.inf
+) -> Interval:
+    """Student-t interval of the mean of independent launches: mean +- t * s / sqrt(n).
+
+    Undefined (NO_INTERVAL) for fewer than two launches: one launch says nothing about spread.
+    `floor` cuts the interval at a bound the true value cannot cross (img/s >= 0), which keeps
+    its coverage.
+    """
+    data = np.asarray(samples, dtype=float)
+    if data.size < 2:
+        return NO_INTERVAL
+    centre = float(data.mean())
+    half = t_quantile(confidence, data.size - 1) * float(data.std(ddof=1)) / math.sqrt(data.size)
+    return Interval(max(centre - half, floor), centre + half)
+
+
+def ratio_interval(
+    numerator: Sequence[float],
+    denominator: Sequence[float],
+    scale: float = 1.0,
     *,
     confidence: float = 0.95,
-    resamples: int = 10_000,
-    seed: int = 0,
 ) -> Interval:
-    """Percentile bootstrap interval of `statistic` (applied along the last axis) of `samples`."""
-    data = np.asarray(samples, dtype=float)
-    if data.size == 0:
-        return Interval(math.nan, math.nan)
-    rng = np.random.default_rng(seed)
-    draws = data[rng.integers(0, data.size, size=(resamples, data.size))]
-    values = statistic(draws)
-    tail = (1.0 - confidence) / 2.0 * 100.0
-    return Interval(float(np.percentile(values, tail)), float(np.percentile(values, 100.0 - tail)))
+    """Interval of scale * mean(numerator) / mean(denominator), both sets of launches uncertain.
+
+    Delta method on the log of the ratio: var(log r) ~ s_n^2 / (n_n m_n^2) + s_d^2 / (n_d m_d^2),
+    with Welch-Satterthwaite degrees of freedom for the t critical value; the
+    interval is exp(log r +- t * se), so it stays positive and is wider above than below.
+    """
+    num = np.asarray(numerator, dtype=float)
+    den = np.asarray(denominator, dtype=float)
+    if num.size < 2 or den.size < 2 or num.mean() <= 0 or den.mean() <= 0:
+        return NO_INTERVAL
+    ratio = scale * float(num.mean() / den.mean())
+    parts = [float(x.var(ddof=1) / (x.size * x.mean() ** 2)) for x in (num, den)]
+    variance = sum(parts)
+    if variance == 0.0:
+        return Interval(ratio, ratio)
+    df = variance**2 / sum(v**2 / (x.size - 1) for v, x in zip(parts, (num, den), strict=True))
+    half = t_quantile_real(confidence, df) * math.sqrt(variance)
+    return Interval(ratio * math.exp(-half), ratio * math.exp(half))
 
 
 def efficiency_ci(
     throughputs_n: Sequence[float],
-    gpus: int,
+    ideal_speedup: float,
     throughputs_1: Sequence[float],
     *,
     confidence: float = 0.95,
-    resamples: int = 10_000,
-    seed: int = 0,
 ) -> Interval:
-    """Bootstrap interval of mean T(N) / (N * mean T(1)), resampling both sets of repeats.
-
-    At N = 1 the efficiency is 1 by definition, so the interval is the point (1, 1).
-    """
-    if gpus == 1:
-        return Interval(1.0, 1.0)
-    n = np.asarray(throughputs_n, dtype=float)
-    one = np.asarray(throughputs_1, dtype=float)
-    if n.size == 0 or one.size == 0:
-        return Interval(math.nan, math.nan)
-    rng = np.random.default_rng(seed)
-    mean_n = n[rng.integers(0, n.size, size=(resamples, n.size))].mean(axis=1)
-    mean_1 = one[rng.integers(0, one.size, size=(resamples, one.size))].mean(axis=1)
-    values = mean_n / (gpus * mean_1)
-    tail = (1.0 - confidence) / 2.0 * 100.0
-    return Interval(float(np.percentile(values, tail)), float(np.percentile(values, 100.0 - tail)))
+    """Interval of mean T(N) / (ideal speed-up * mean T(1)), carrying both sets' uncertainty."""
+    return ratio_interval(throughputs_n, throughputs_1, 1.0 / ideal_speedup, confidence=confidence)
 
 
 @dataclass(frozen=True)
@@ -118,6 +199,12 @@ class EpochModel:
 
     def seconds(self, gpus: int) -> float:
         return self.fixed_s + self.scalable_s / gpus
+
+    @property
+    def negative_terms(self) -> list[str]:
+        """The terms below zero: no real epoch has negative fixed or scalable time."""
+        terms = {"a (fixed)": self.fixed_s, "b (scalable)": self.scalable_s}
+        return [name for name, value in terms.items() if value < 0]
 
 
 def fit_epoch_model(gpus: Sequence[int], epoch_s: Sequence[float]) -> EpochModel:

@@ -38,8 +38,9 @@ def _failures(report: dict) -> dict[str, str]:
             for host, result in task.get("hosts", {}).items():
                 if host in found:
                     continue
-                failed = [result] if result.get("failed") else []
-                failed += [r for r in result.get("results", []) if r.get("failed")]
+                # A loop's own message is only "One or more items failed": take the item's.
+                failed = [r for r in result.get("results", []) if r.get("failed")]
+                failed += [result] if result.get("failed") else []
                 if failed:
                     found[host] = str(failed[0].get("msg", failed[0]))
     return found

@@ -2,6 +2,8 @@
 # Build the systemd base images molecule runs the roles in.
 #
 #   local/gpustack-debian:12        Debian 12 (bookworm) minbase rootfs from debootstrap
+#   local/gpustack-debian:13        Debian 13 (trixie), built the same way (its g++ 14 is the
+#                                   newest compiler the suite builds with)
 #   local/gpustack-ubuntu2004-standin  the same rootfs posing as Ubuntu 20.04 "focal":
 #                                   /etc/os-release and /etc/lsb-release say Ubuntu 20.04, and a
 #                                   CPython 3.8 (the interpreter Ubuntu 20.04 ships) is copied in
@@ -10,14 +12,14 @@
 #                                   selection, the ubuntu2004 repo path and Python 3.8 module
 #                                   execution, not Ubuntu's archive. See README "What the tests cover".
 #
-# The debootstrapped rootfs is cached as a zstd tarball (~90 MB) in $GPUSTACK_CACHE so a second
-# run on the same machine imports it in seconds; a fresh machine builds it (~2-3 min).
+# Each debootstrapped rootfs is cached as a zstd tarball (~90 MB) in $GPUSTACK_CACHE so a second
+# run on the same machine imports it in seconds; a fresh machine builds it (~2-3 min per suite).
 set -euo pipefail
 cache=${GPUSTACK_CACHE:-$HOME/.cache/gpustack}
 py38=${GPUSTACK_PY38:-/root/.pyenv/versions/3.8.18}
-suite=bookworm
 mkdir -p "$cache"
-tarball=$cache/rootfs-debian-$suite.tar.zst
+# Debian suites to build, as "codename:major"; the Ubuntu 20.04 stand-in derives from the first.
+suites=(bookworm:12 trixie:13)
 debian_image=local/gpustack-debian:12
 ubuntu_image=local/gpustack-ubuntu2004-standin:latest
 
@@ -31,17 +33,18 @@ mirror() {
 
 need() { command -v "$1" >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$2" >/dev/null; }
 
+# build_rootfs SUITE TARBALL
 build_rootfs() {
+  local suite=$1 tarball=$2 root url
   need debootstrap debootstrap
   need zstd zstd
-  local root url
   root=$(mktemp -d /tmp/gpustack-rootfs.XXXXXX)
   url=$(mirror)
   echo "images: debootstrap $suite from $url (a few minutes on a fresh machine)"
   debootstrap --variant=minbase \
     --include=python3,python3-apt,systemd,systemd-sysv,dbus,sudo,ca-certificates,gnupg,iproute2,procps \
-    "$suite" "$root" "$url" >"$cache/debootstrap.log" 2>&1 \
-    || { tail -n 30 "$cache/debootstrap.log" >&2; exit 1; }
+    "$suite" "$root" "$url" >"$cache/debootstrap-$suite.log" 2>&1 \
+    || { tail -n 30 "$cache/debootstrap-$suite.log" >&2; exit 1; }
   cat >"$root/etc/apt/sources.list" <<SRC
 deb $url $suite main
 deb $url $suite-updates main
@@ -64,9 +67,10 @@ SRC
   rm -rf "$root"
 }
 
+# import_debian TARBALL IMAGE
 import_debian() {
-  echo "images: importing $debian_image"
-  zstd -dc "$tarball" | docker import -c 'CMD ["/lib/systemd/systemd"]' - "$debian_image" >/dev/null
+  echo "images: importing $2"
+  zstd -dc "$1" | docker import -c 'CMD ["/lib/systemd/systemd"]' - "$2" >/dev/null
 }
 
 build_ubuntu_standin() {
@@ -113,7 +117,14 @@ DOCKERFILE
   rm -rf "$ctx"
 }
 
-[ -s "$tarball" ] || build_rootfs
-docker image inspect "$debian_image" >/dev/null 2>&1 || import_debian
+built=()
+for entry in "${suites[@]}"; do
+  suite=${entry%%:*}
+  image=local/gpustack-debian:${entry##*:}
+  tarball=$cache/rootfs-debian-$suite.tar.zst
+  [ -s "$tarball" ] || build_rootfs "$suite" "$tarball"
+  docker image inspect "$image" >/dev/null 2>&1 || import_debian "$tarball" "$image"
+  built+=("$image")
+done
 docker image inspect "$ubuntu_image" >/dev/null 2>&1 || build_ubuntu_standin
-echo "images: ready ($debian_image, $ubuntu_image)"
+echo "images: ready (${built[*]}, $ubuntu_image)"

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import yaml
 
-DISTROS = ("ubuntu2004", "ubuntu2204", "ubuntu2404", "debian12")
+DISTROS = ("ubuntu2004", "ubuntu2204", "ubuntu2404", "debian12", "debian13")
 FIXTURE_NOTE = (
     "TEST FIXTURE built by tests/infra/standin_repo.py for the gpustack test suite.\n"
     "It stands in for NVIDIA's package {name} {version} and contains no NVIDIA software.\n"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from integration_support import unavailable
 
-from bench.sysinfo import horovod_status
+from bench.machine import horovod_status
 
 
 @pytest.fixture(scope="module")

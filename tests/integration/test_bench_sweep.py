@@ -1,7 +1,7 @@
 """Real sweeps: torchrun and horovodrun with 1 and 2 CPU ranks on tiny images.
 
 Each test launches `python -m bench.scaling` as users do and checks the rows, files and report
-it leaves behind, including after injected failures (bench.faults): a rank that exits, a hung
+it leaves behind, including after injected failures (bench.rank.faults): a rank that exits, a hung
 run killed by the timeout, and a Ctrl-C followed by --resume. ResNet-18 at 32x32 with 1 warm-up
 and 3 timed steps keeps each launch to seconds; nothing here asserts on speed.
 """
@@ -20,8 +20,8 @@ import pandas as pd
 import pytest
 from integration_support import TINY
 
-from bench.faults import ENV_VAR as FAULT_VAR
-from bench.sysinfo import horovod_status
+from bench.machine import horovod_status
+from bench.rank.faults import ENV_VAR as FAULT_VAR
 
 pytestmark = pytest.mark.slow
 
@@ -98,6 +98,22 @@ def test_horovod_sweep_with_fp16_compression(tmp_path: Path) -> None:
     assert "| horovod | fp32-nchw | 2 |" in (d / "report.md").read_text()
 
 
+@pytest.mark.usefixtures("horovod")
+def test_gradient_accumulation_under_both_launchers(tmp_path: Path) -> None:
+    # DDP skips the allreduce (no_sync) on the first micro-batch, Horovod holds it back with
+    # backward_passes_per_step=2: each step trains 2 x 4 images per rank, one allreduce.
+    done, d = sweep(tmp_path, "--launchers", "ddp,horovod", "--gpus", "2", "--repeats", "1",
+                    "--no-probe", "--grad-accum", "2")  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    runs = by_id(d)
+    assert set(runs) == {"ddp-n2-fp32-nchw-acc2-r0", "horovod-n2-fp32-nchw-acc2-r0"}
+    for run in runs.values():
+        assert run["status"] == "ok", run["error"]
+        assert run["grad_accum"] == 2 and run["global_batch"] == 8
+        assert run["images"] == 2 * 8 * 3  # micro-batches x global batch x timed steps
+    assert "fp32-nchw-acc2" in (d / "report.md").read_text()
+
+
 def test_a_rank_that_exits_is_recorded_and_the_sweep_goes_on(tmp_path: Path) -> None:
     # with Horovod: ddp n1, ddp n2 (rank 1 exits), horovod n1, horovod n2 (rank 1 exits);
     # without it, two DDP repeats. Either way a run follows a crash and the crash is a row.
@@ -105,7 +121,7 @@ def test_a_rank_that_exits_is_recorded_and_the_sweep_goes_on(tmp_path: Path) -> 
     launchers, repeats = ("ddp,horovod", "1") if horovod else ("ddp", "2")
     done, d = sweep(tmp_path, "--launchers", launchers, "--gpus", "1,2", "--repeats", repeats,
                     "--no-probe", fault="exit@1")  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 1, done.stderr[-3000:]  # some runs failed, their rows recorded
     runs = rows(d)
     expected = (
         ["ddp-n1-fp32-nchw-r0", "ddp-n2-fp32-nchw-r0", "horovod-n1-fp32-nchw-r0",
@@ -144,10 +160,10 @@ def live_processes_with(text: str) -> list[int]:
 def test_a_hung_run_is_killed_at_the_timeout(tmp_path: Path) -> None:
     done, d = sweep(tmp_path, "--launchers", "ddp", "--gpus", "2", "--repeats", "1",
                     "--no-probe", "--timeout", "20", fault="hang@0")  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 1, done.stderr[-3000:]  # every run failed: not a success
     (run,) = by_id(d).values()
     assert run["status"] == "timeout"
-    assert "timeout" in run["error"]
+    assert "killed after the 20 s timeout" in run["error"]
     # the encoded spec is on every process of the run: none may outlive it
     header = (d / "logs" / f"{run['run_id']}.log").read_text().splitlines()[0]
     spec = header.split("--spec ", 1)[1].split()[0]
@@ -223,16 +239,23 @@ def test_imagefolder_data_and_ddp_knobs(tmp_path: Path) -> None:
     assert run["data_wait_s"] > 0
     assert run["channels_last"] and run["static_graph"] and run["gradient_as_bucket_view"]
     assert run["fp16_allreduce"] and not run["broadcast_buffers"] and run["bucket_cap_mb"] == 5
-    assert run["variant"] == "fp32-channels_last"
+    # Real data adds the loader to the variant's label (synthetic runs have no loader).
+    assert run["variant"] == "fp32-channels_last-torch" and run["loader"] == "torch"
 
 
 def test_impossible_requests_stop_before_any_launch(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.scaling", "--gpus", "1,64", "--model", "resnet5",
-         "--batch-size", "0", "--out", str(tmp_path)],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert done.returncode == 2
-    for expected in ("64 requested", "did you mean resnet50", "--batch-size must be >= 1"):
-        assert expected in done.stderr
+    # Values are refused first (before torch is imported), then every problem with this
+    # machine is listed together; neither stage launches or writes anything.
+    cases = (
+        (["--batch-size", "0"], ("--batch-size must be >= 1",)),
+        (["--gpus", "1,64", "--model", "resnet5"], ("64 requested", "did you mean resnet50")),
+    )
+    for args, expected in cases:
+        done = subprocess.run(
+            [sys.executable, "-m", "bench.scaling", *args, "--out", str(tmp_path)],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert done.returncode == 2, done.stderr
+        for text in expected:
+            assert text in done.stderr
     assert list(tmp_path.iterdir()) == []

@@ -7,8 +7,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from bench.config import BenchConfig, Environment, HorovodStatus, parse_request, resolve
-from bench.schema import RunRow
+from bench.config import BenchConfig, Environment, HorovodStatus, resolve
+from bench.options import parse_request
+from bench.schema import RunRow, knob_values
 
 MODELS = ["resnet18", "resnet50", "vgg16"]
 
@@ -47,8 +48,11 @@ def config_for(argv: list[str], env: Environment) -> BenchConfig:
 
 
 def run_row(**overrides: Any) -> RunRow:
-    """A successful 1-GPU DDP row on CPU; override any column."""
+    """A successful 1-GPU DDP row on CPU; override any column. The knob columns are the CPU
+    defaults of the declarations (bench.spec), so a new knob needs no edit here."""
+    defaults = config_for([], cpu_machine())
     base: dict[str, Any] = {
+        **knob_values(defaults.workload, defaults.variants()[0]),
         "sweep_id": "s",
         "run_id": "ddp-n1-fp32-nchw-r0",
         "repeat": 0,
@@ -62,28 +66,13 @@ def run_row(**overrides: Any) -> RunRow:
         "gpus_per_node": 1,
         "gpus": 1,
         "hosts": "localhost:1",
-        "device": "cpu",
         "device_name": "cpu",
         "backend": "gloo",
         "interconnect": "none (1 rank)",
-        "model": "resnet50",
         "scaling": "weak",
         "batch_per_gpu": 8,
         "global_batch": 8,
-        "image_size": 32,
-        "precision": "fp32",
-        "channels_last": False,
-        "compile": False,
-        "bucket_cap_mb": 25.0,
-        "static_graph": False,
-        "gradient_as_bucket_view": False,
-        "broadcast_buffers": True,
-        "fp16_allreduce": False,
-        "data": "synthetic",
-        "loader_workers": 0,
         "threads_per_rank": 2,
-        "warmup_steps": 2,
-        "timed_steps": 8,
         "images": 64,
         "window_s": 1.0,
         "throughput": 64.0,

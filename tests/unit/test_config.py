@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 from bench_builders import MODELS, config_for, cpu_machine, gpu_machine
 
-from bench import scaling
-from bench.config import (
-    BenchConfig,
-    ConfigError,
-    HorovodStatus,
-    explicit_options,
-    parse_request,
-    validate,
-)
+from bench import machine, scaling, stages
+from bench.config import BenchConfig, ConfigError, HorovodStatus, validate
+from bench.options import explicit_options, parse_request
 
 
 def test_cpu_defaults_are_a_quick_smoke_test() -> None:
@@ -24,9 +19,13 @@ def test_cpu_defaults_are_a_quick_smoke_test() -> None:
     assert config.device == "cpu"
     assert config.gpu_counts == (1, 2)
     assert config.launchers == ("ddp", "horovod") and not config.launchers_explicit
-    assert (config.batch_size, config.image_size, config.precisions) == (8, 32, ("fp32",))
-    assert (config.warmup_steps, config.steps, config.repeats) == (2, 8, 3)
-    assert config.loader_workers == 0
+    assert (config.batch_size, config.workload.image_size, config.axes["precision"]) == (
+        8,
+        32,
+        ("fp32",),
+    )
+    assert (config.workload.warmup_steps, config.workload.timed_steps, config.repeats) == (2, 8, 3)
+    assert config.workload.loader_workers == 0
     validate(config, cpu_machine(cores=2), MODELS)
 
 
@@ -34,16 +33,24 @@ def test_gpu_defaults() -> None:
     config = config_for([], gpu_machine(gpus=4))
     assert config.device == "cuda"
     assert config.gpu_counts == (1, 2, 4)
-    assert (config.batch_size, config.image_size, config.precisions) == (128, 224, ("amp-bf16",))
-    assert (config.warmup_steps, config.steps) == (20, 100)
-    assert config.loader_workers == 8  # 32 cores / 4 GPUs
-    assert config_for([], gpu_machine(ampere=False)).precisions == ("amp-fp16",)
+    assert (config.batch_size, config.workload.image_size, config.axes["precision"]) == (
+        128,
+        224,
+        ("amp-bf16",),
+    )
+    assert (config.workload.warmup_steps, config.workload.timed_steps) == (20, 100)
+    assert config.workload.loader_workers == 8  # 32 cores / 4 GPUs
+    assert config_for([], gpu_machine(ampere=False)).axes["precision"] == ("amp-fp16",)
     validate(config, gpu_machine(gpus=4), MODELS)
 
 
 def test_cpu_device_can_be_forced_on_a_gpu_machine() -> None:
     config = config_for(["--device", "cpu"], gpu_machine())
-    assert (config.device, config.image_size, config.precisions) == ("cpu", 32, ("fp32",))
+    assert (config.device, config.workload.image_size, config.axes["precision"]) == (
+        "cpu",
+        32,
+        ("fp32",),
+    )
 
 
 def errors_for(argv: list[str], env=None) -> str:  # type: ignore[no-untyped-def]
@@ -119,7 +126,7 @@ def test_horovod_asked_for_but_missing() -> None:
     # not asked for by name: the sweep goes on and records Horovod's runs as unavailable
     config = config_for([], missing)
     validate(config, missing, MODELS)
-    assert scaling.unavailable_launchers(config, missing) == {"horovod": "horovodrun not found"}
+    assert stages.unavailable_launchers(config, missing) == {"horovod": "horovodrun not found"}
 
 
 def test_horovod_without_nccl_on_a_gpu_host() -> None:
@@ -128,7 +135,7 @@ def test_horovod_without_nccl_on_a_gpu_host() -> None:
     # on a CPU sweep NCCL does not matter
     cpu = cpu_machine(horovod=HorovodStatus(True, "0.28.1", nccl_built=False))
     validate(config_for(["--launchers", "horovod"], cpu), cpu, MODELS)
-    assert scaling.unavailable_launchers(config_for([], cpu), cpu) == {}
+    assert stages.unavailable_launchers(config_for([], cpu), cpu) == {}
 
 
 @pytest.mark.parametrize(
@@ -145,10 +152,10 @@ def test_list_options_parse() -> None:
         ["--gpus", "4,1,2", "--claim", "1:560,4:148", "--compile", "off,on",
          "--precision", "fp32,fp32,amp-fp16"]
     )  # fmt: skip
-    assert request.gpu_counts == (4, 1, 2)
-    assert request.claim == ((1, 560.0), (4, 148.0))
-    assert request.compile_modes == (False, True)
-    assert request.precisions == ("fp32", "amp-fp16")
+    assert request.values["gpu_counts"] == (4, 1, 2)
+    assert request.values["claim"] == ((1, 560.0), (4, 148.0))
+    assert request.values["compile"] == (False, True)
+    assert request.values["precision"] == ("fp32", "amp-fp16")
     assert config_for(["--gpus", "4,1,2,2"], gpu_machine()).gpu_counts == (1, 2, 4)
 
 
@@ -164,10 +171,10 @@ def test_explicit_options() -> None:
 def test_main_rejects_before_launching(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(scaling, "detect_environment", lambda **_: cpu_machine())
-    monkeypatch.setattr(scaling.models, "available_models", lambda: MODELS)
+    monkeypatch.setattr(machine, "local_environment", lambda **_: cpu_machine())
+    monkeypatch.setattr(stages.models, "available_models", lambda: MODELS)
     launched: list[object] = []
-    monkeypatch.setattr(scaling.launch, "run_local", lambda *a: launched.append(a))
+    monkeypatch.setattr(stages.LocalLauncher, "run", lambda *a: launched.append(a))
     code = scaling.main(["--gpus", "16", "--model", "resnet5", "--out", str(tmp_path)])
     assert code == 2
     err = capsys.readouterr().err
@@ -176,6 +183,64 @@ def test_main_rejects_before_launching(
 
 
 def test_resume_refuses_other_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(scaling, "detect_environment", lambda **_: cpu_machine())
+    monkeypatch.setattr(machine, "local_environment", lambda **_: cpu_machine())
     assert scaling.main(["--resume", str(tmp_path), "--gpus", "2"]) == 2
     assert scaling.main(["--resume", str(tmp_path / "missing")]) == 2
+
+
+# ---- every knob declared once (bench.spec, BenchConfig): parser, row and sweep.json follow
+
+
+def test_every_knob_is_an_option_with_its_field_as_dest() -> None:
+    from bench.config import all_knobs
+    from bench.options import build_parser
+
+    actions = {a.dest: a for a in build_parser()._actions}
+    for name, k in all_knobs():
+        assert k.flag in actions[name].option_strings, name
+        assert actions[name].default is None  # unset: the declared or machine default applies
+
+
+def test_every_recorded_knob_is_a_column_and_the_old_columns_remain() -> None:
+    from bench.schema import Measurements, RunRow, columns, knob_columns
+    from bench.spec import Variant, Workload, knobs
+
+    names = columns(RunRow)
+    recorded = [n for cls in (Variant, Workload) for n, k in knobs(cls) if k.row]
+    assert [n for n, _ in knob_columns()] == recorded and set(recorded) <= set(names)
+    assert "num_classes" not in names and "seed" not in names  # row=False
+    before = {  # the columns of a row before the declarations existed
+        "sweep_id", "run_id", "repeat", "launcher", "variant", "status", "error", "started_at",
+        "launch_wall_s", "nodes", "gpus_per_node", "gpus", "hosts", "device", "device_name",
+        "backend", "interconnect", "model", "scaling", "batch_per_gpu", "global_batch",
+        "image_size", "precision", "channels_last", "compile", "bucket_cap_mb", "static_graph",
+        "gradient_as_bucket_view", "broadcast_buffers", "fp16_allreduce", "data",
+        "loader_workers", "threads_per_rank", "warmup_steps", "timed_steps", "images",
+        "window_s", "throughput", "throughput_per_gpu", "step_time_median_s", "step_time_p90_s",
+        "rank_imbalance", "data_wait_s", "data_wait_fraction", "peak_memory_gb", "gradient_mb",
+        "sm_clock_mhz_mean", "sm_clock_mhz_min", "power_w_mean", "power_w_max",
+        "temperature_c_max", "throttle_reasons",
+    }  # fmt: skip
+    assert before <= set(names)
+    measured = {f.name for f in dataclasses.fields(Measurements)}
+    assert set(names) - before - measured <= set(recorded)  # a new column is a knob or a measure
+
+
+def test_switches_and_sweeps_parse_to_field_values() -> None:
+    request = parse_request(["--no-broadcast-buffers", "--static-graph", "--grad-accum", "1,4",
+                             "--memory-format", "channels_last,nchw"])  # fmt: skip
+    assert request.values["broadcast_buffers"] is False
+    assert request.values["static_graph"] is True
+    assert request.values["grad_accum"] == (1, 4)
+    assert request.values["channels_last"] == (True, False)
+    config = config_for(["--grad-accum", "1,4"], cpu_machine())
+    assert [v.grad_accum for v in config.variants()] == [1, 4]
+    assert config.workload.broadcast_buffers is True  # the declared default
+
+
+def test_values_are_checked_without_a_machine() -> None:
+    from bench.config import check_request
+
+    with pytest.raises(ConfigError, match="--grad-accum must be >= 1, got 0"):
+        check_request(parse_request(["--grad-accum", "0"]))
+    check_request(parse_request(["--grad-accum", "2"]))

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from bench_builders import cpu_machine
 
-from bench.config import BenchConfig, ConfigError, parse_request, resolve, validate
+from bench.config import BenchConfig, ConfigError, resolve, validate
 from bench.hosts import (
     ClusterConfig,
     HostSpecError,
@@ -27,7 +27,8 @@ from bench.hosts import (
     plan_node_sweep,
     validate_host_name,
 )
-from bench.plan import HostSlots, format_hosts
+from bench.options import parse_request
+from bench.spec import HostSlots, format_hosts
 
 
 def test_hosts_option_keeps_order_and_slots() -> None:
@@ -38,7 +39,7 @@ def test_hosts_option_keeps_order_and_slots() -> None:
 
 
 def test_hosts_option_accepts_spaces_addresses_and_default_slots() -> None:
-    placement = parse_hosts(" 10.0.0.1:2 , gpu-02.cluster.example  [fd00::7]:2 ", default_slots=2)
+    placement = parse_hosts(" 10.0.0.1:2 , gpu-02.cluster.example, [fd00::7]:2 ", default_slots=2)
     assert placement == (
         HostSlots("10.0.0.1", 2),
         HostSlots("gpu-02.cluster.example", 2),

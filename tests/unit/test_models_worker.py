@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from bench import data, models, worker
+from bench.rank import data, models, worker
 
 
 def fake_package(root: Path, init_body: str) -> str:
@@ -87,15 +87,15 @@ def test_imagefolder_batches(tmp_path: Path) -> None:
         (tmp_path / cls).mkdir()
         for i in range(6):
             Image.new("RGB", (40, 30), (i * 20, 0, 0)).save(tmp_path / cls / f"{i}.png")
-    batches = data.imagefolder_batches(
+    batches = data.loader_function("torch")(
         str(tmp_path), 2, 24, 0, rank=1, world_size=2, device=torch.device("cpu"),
         memory_format=torch.contiguous_format, seed=0,
     )  # fmt: skip
     shapes = [tuple(next(batches)[0].shape) for _ in range(5)]  # 3 batches per epoch: wraps
     assert shapes == [(2, 3, 24, 24)] * 5
     with pytest.raises(ValueError, match="no full batch"):
-        next(data.imagefolder_batches(str(tmp_path), 7, 24, 0, 0, 2, torch.device("cpu"),
-                                      torch.contiguous_format, 0))  # fmt: skip
+        next(data.loader_function("torch")(str(tmp_path), 7, 24, 0, 0, 2, torch.device("cpu"),
+                                           torch.contiguous_format, 0))  # fmt: skip
 
 
 class LocalEngine:

@@ -7,17 +7,15 @@ import re
 import pytest
 from bench_builders import config_for, cpu_machine, gpu_machine
 
+from bench.hosts import default_rank_counts
 from bench.plan import (
-    HostSlots,
-    RunSpec,
-    default_rank_counts,
-    format_hosts,
     local_placement,
     place_ranks,
     plan_probes,
     plan_sweep,
     threads_per_rank,
 )
+from bench.spec import HostSlots, RunSpec, format_hosts
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from bench import faults, reference, sysinfo
+from bench import reference, sysinfo
+from bench.rank import faults, telemetry
 
 
 @pytest.mark.parametrize(
@@ -25,7 +26,8 @@ from bench import faults, reference, sysinfo
         ("Tesla V100-SXM2-16GB", "V100 SXM2"),
         ("Tesla V100-PCIE-32GB", "V100 PCIe"),
         ("NVIDIA RTX A4000", None),
-        ("NVIDIA GeForce RTX 4090", None),
+        ("NVIDIA GeForce RTX 4090", "RTX 4090"),
+        ("NVIDIA B200", "B200"),
     ],
 )
 def test_identify_gpu(name: str, expected: str | None) -> None:
@@ -53,36 +55,58 @@ def test_flops_per_image_scales_with_pixels() -> None:
 def test_published_figures_match_gpu_and_precision() -> None:
     a100 = reference.identify_gpu("NVIDIA A100-SXM4-80GB")
     assert a100 is not None
-    assert [p.images_per_s_per_gpu for p in reference.published_for(a100, "tf32")] == [938.0, 906.0]
+    tf32 = reference.published_for(a100, "tf32")
+    assert {(p.gpus, p.images_per_s_per_gpu) for p in tf32} == {
+        (1, 1066.0), (8, 7397 / 8), (1, 938.0), (8, 906.0),
+    }  # fmt: skip
     assert {p.images_per_s_per_gpu for p in reference.published_for(a100, "amp-fp16")} == {
-        2470.0,
-        16621 / 8,
-    }
+        1582.0, 11439 / 8, 2470.0, 16621 / 8,
+    }  # fmt: skip
     assert reference.published_for(a100, "fp32") == []
+    assert all(p.url.startswith("https://") for p in reference.PUBLISHED)
+    # the H100 PCIe's figures are not the SXM's
+    pcie = reference.identify_gpu("NVIDIA H100 PCIe")
+    assert pcie is not None
+    assert [p.images_per_s_per_gpu for p in reference.published_for(pcie, "amp-bf16")] == [1976.0]
+
+
+def test_mfu_of_published_and_measured_figures() -> None:
+    h100 = reference.identify_gpu("NVIDIA H100 80GB HBM3")
+    v100 = reference.identify_gpu("Tesla V100-SXM2-16GB")
+    assert h100 is not None and v100 is not None
+    # Lambda's 2,791 img/s AMP: 2791 * 24.6e9 / 989.4e12
+    assert reference.mfu(2791, h100, "amp") == pytest.approx(0.0694, abs=1e-4)
+    assert reference.mfu(5645, h100, "amp-bf16") == pytest.approx(0.1404, abs=1e-4)
+    assert reference.mfu(1895, h100, "tf32") == pytest.approx(1895 * 24.6e9 / 494.7e12)
+    assert reference.mfu(2000, h100, "amp-bf16", image_size=112) == pytest.approx(
+        2000 * 6.15e9 / 989.4e12
+    )
+    assert reference.mfu(100, h100, "amp-bf16", model="vgg16") is None
+    assert reference.mfu(100, v100, "amp-bf16") is None  # no bf16 on Volta
 
 
 def test_nearest_published_prefers_harness_figures_at_a_close_gpu_count() -> None:
     h100 = reference.identify_gpu("NVIDIA H100 80GB HBM3")
     assert h100 is not None
     published = reference.published_for(h100, "amp-bf16")
-    assert {p.images_per_s_per_gpu for p in published if p.ceiling} == {7160.0}
+    assert {p.images_per_s_per_gpu for p in published if p.ceiling} == {7000.0}
     nearest = {n: reference.nearest_published(published, n) for n in (1, 2, 6, 16)}
     assert {n: p.gpus for n, p in nearest.items() if p} == {1: 1, 2: 1, 6: 8, 16: 8}
     assert reference.nearest_published([], 1) is None
 
 
 def test_decode_throttle_reasons() -> None:
-    assert sysinfo.decode_throttle_reasons(0) == []
-    assert sysinfo.decode_throttle_reasons(0x4 | 0x40) == ["sw_power_cap", "hw_thermal_slowdown"]
-    assert sysinfo.decode_throttle_reasons(0x1) == ["gpu_idle"]
+    assert telemetry.decode_throttle_reasons(0) == []
+    assert telemetry.decode_throttle_reasons(0x4 | 0x40) == ["sw_power_cap", "hw_thermal_slowdown"]
+    assert telemetry.decode_throttle_reasons(0x1) == ["gpu_idle"]
 
 
 def test_summarise_and_merge_telemetry() -> None:
     samples = [
-        sysinfo.Sample(1980.0, 650.0, 60.0, 0x0),
-        sysinfo.Sample(1800.0, 700.0, 70.0, 0x4),
+        telemetry.Sample(1980.0, 650.0, 60.0, 0x0),
+        telemetry.Sample(1800.0, 700.0, 70.0, 0x4),
     ]
-    summary = sysinfo.summarise_samples(samples)
+    summary = telemetry.summarise_samples(samples)
     assert summary == {
         "samples": 2,
         "sm_clock_mhz_mean": 1890.0,
@@ -94,15 +118,15 @@ def test_summarise_and_merge_telemetry() -> None:
     }
     other = {**summary, "sm_clock_mhz_mean": 1790.0, "sm_clock_mhz_min": 1700.0,
              "temperature_c_max": 75.0, "throttle_reasons": ["hw_slowdown"]}  # fmt: skip
-    merged = sysinfo.merge_telemetry([summary, other, {}])
+    merged = telemetry.merge_telemetry([summary, other, {}])
     assert merged["sm_clock_mhz_mean"] == 1840.0 and merged["sm_clock_mhz_min"] == 1700.0
     assert merged["temperature_c_max"] == 75.0
     assert merged["throttle_reasons"] == ["hw_slowdown", "sw_power_cap"]
-    assert sysinfo.summarise_samples([]) == {} and sysinfo.merge_telemetry([{}]) == {}
+    assert telemetry.summarise_samples([]) == {} and telemetry.merge_telemetry([{}]) == {}
 
 
 def test_sampler_without_a_gpu_records_nothing() -> None:
-    assert sysinfo.GpuSampler(None).start().stop() == {}
+    assert telemetry.GpuSampler(None).start().stop() == {}
 
 
 def test_relevant_environment() -> None:
@@ -131,7 +155,7 @@ def test_fault_parsing() -> None:
 
 def test_faults_fire() -> None:
     faults.trigger(None)
-    code = "from bench import faults; faults.trigger('exit')"
+    code = "from bench.rank import faults; faults.trigger('exit')"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == faults.EXIT_STATUS
     assert "injecting fault 'exit'" in done.stderr

@@ -1,87 +1,154 @@
-"""The sweep's orchestration with a stand-in executor: rows, unavailable launchers, interrupts,
-resume. (The integration tests launch the real thing.)"""
+"""The command line (issue 12): help text, errors that lead with the problem, validation before
+any heavy import, and the documented exit codes."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Sequence
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from bench_builders import MODELS, cpu_machine
+from bench_builders import MODELS, cpu_machine, run_row, with_status
+from test_stages import FakeLauncher
 
-from bench import scaling, wire
-from bench.config import HorovodStatus
-from bench.launch import PROBE_MODULE, ExecResult, NodeCommand
-from bench.plan import ProbeSpec, RunSpec
+from bench import config, machine, options, scaling, stages
+from bench.launchers import ExecResult
+from bench.options import build_parser
+from bench.schema import Status
+from bench.spec import ProbeSpec, RunSpec
 
-
-class FakeExecutor:
-    """Answers every launch as a healthy run would: rank 0's report on stdout."""
-
-    def __init__(self, interrupt_at: str | None = None) -> None:
-        self.launched: list[str] = []
-        self.interrupt_at = interrupt_at
-
-    def __call__(self, commands: Sequence[NodeCommand], timeout_s: float, log: Path) -> ExecResult:
-        (command,) = commands
-        encoded = command.argv[command.argv.index("--spec") + 1]
-        if PROBE_MODULE in command.argv:
-            probe = ProbeSpec.decode(encoded)
-            self.launched.append(probe.probe_id)
-            payload = {"backend": "gloo", "world_size": probe.world_size, "time_s": 0.2,
-                       "nbytes": probe.nbytes}  # fmt: skip
-            return ExecResult(0, False, 1.0, "\n".join(wire.encode(probe.probe_id, payload)), log)
-        spec = RunSpec.decode(encoded)
-        self.launched.append(spec.run_id)
-        if spec.run_id == self.interrupt_at:
-            raise KeyboardInterrupt
-        n = spec.world_size
-        ranks = [wire.RankReport(r, r, "vm", "cpu", 1.0, [0.25] * 4, 0.0, 10**9) for r in range(n)]
-        report = wire.RunReport(spec.run_id, "gloo", n, 4 * 10**6, spec.batch_per_gpu * 4, ranks)
-        return ExecResult(0, False, 2.0, "\n".join(wire.encode(spec.run_id, report.to_dict())), log)
+REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture
-def machine(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
-    monkeypatch.setattr(scaling.models, "available_models", lambda: MODELS)
-    monkeypatch.setattr(scaling, "collect_system_info", lambda env: {"host": "vm"})
-    return cpu_machine(horovod=HorovodStatus(False, reason="horovodrun not found"))
+def help_text() -> str:
+    return build_parser().format_help()
 
 
-def test_sweep_stores_every_run_and_reports(tmp_path: Path, machine) -> None:  # type: ignore[no-untyped-def]
-    sweep = scaling.prepare(["--out", str(tmp_path), "--repeats", "2"], machine)
-    executor = FakeExecutor()
-    assert scaling.execute_sweep(sweep, progress=False, executor=executor) == "complete"
-    # horovod is missing and was not asked for by name: its runs are rows, never launched
-    assert executor.launched == [
-        "allreduce-n2", "ddp-n1-fp32-nchw-r0", "ddp-n2-fp32-nchw-r0", "ddp-n1-fp32-nchw-r1",
-        "ddp-n2-fp32-nchw-r1",
-    ]  # fmt: skip
-    rows = {r.run_id: r for r in sweep.store.runs.rows()}
-    assert len(rows) == 8
-    assert rows["horovod-n2-fp32-nchw-r1"].status == "unavailable"
-    assert rows["horovod-n2-fp32-nchw-r1"].error == "horovodrun not found"
-    assert rows["ddp-n2-fp32-nchw-r0"].throughput == pytest.approx(16 * 4 / 1.0)
-    assert sweep.store.probes.rows()[0].algbw_gbps == pytest.approx(0.5)  # 100 MB / 0.2 s
-    meta = json.loads(sweep.store.sweep_json.read_text())
-    assert meta["state"] == "complete" and len(meta["planned_runs"]) == 8
-    assert "| ddp | fp32-nchw | 2 |" in (sweep.store.directory / "report.md").read_text()
+def option_help(text: str) -> dict[str, str]:
+    """Each option's help paragraph, keyed by its first long flag."""
+    blocks: dict[str, str] = {}
+    flag = ""
+    for line in text.splitlines():
+        match = re.match(r"^  (-\w, )?(--[\w-]+)", line)
+        if match:
+            flag = match.group(2)
+            blocks[flag] = line
+        elif flag and line.startswith("    "):
+            blocks[flag] += " " + line.strip()
+        else:
+            flag = ""
+    return {k: re.sub(r"\s+", " ", v) for k, v in blocks.items()}
 
 
-def test_interrupt_then_resume(tmp_path: Path, machine) -> None:  # type: ignore[no-untyped-def]
-    argv = ["--out", str(tmp_path), "--launchers", "ddp", "--gpus", "1", "--repeats", "3"]
-    sweep = scaling.prepare(argv, machine)
-    first = FakeExecutor(interrupt_at="ddp-n1-fp32-nchw-r1")
-    assert scaling.execute_sweep(sweep, progress=False, executor=first) == "interrupted"
-    directory = sweep.store.directory
-    rows = {r.run_id: r.status for r in sweep.store.runs.rows()}
-    assert rows == {"ddp-n1-fp32-nchw-r0": "ok", "ddp-n1-fp32-nchw-r1": "interrupted"}
-    assert json.loads((directory / "sweep.json").read_text())["state"] == "interrupted"
-    assert (directory / "report.md").exists()
+def test_help_states_each_default_once_in_words() -> None:
+    text = help_text()
+    for bad in ("(default: None)", "(default: ('", "(default: (False", "(default: True)"):
+        assert bad not in text
+    blocks = option_help(text)
+    assert len(blocks) > 40
+    for flag, block in blocks.items():
+        if flag == "--help":
+            continue
+        assert block.count("(default: ") == 1, f"{flag}: {block}"
+    assert (
+        "image-size" in blocks["--image-size"] and "224 on GPU, 32 on CPU" in blocks["--image-size"]
+    )
+    assert "(default: the probe runs)" in blocks["--no-probe"]
+    assert "(default: 25.0)" in blocks["--bucket-cap-mb"]
 
-    resumed = scaling.prepare(["--resume", str(directory)], machine)
-    second = FakeExecutor()
-    assert scaling.execute_sweep(resumed, progress=False, executor=second) == "complete"
-    assert second.launched == ["ddp-n1-fp32-nchw-r1", "ddp-n1-fp32-nchw-r2"]
-    assert [r.status for r in resumed.store.runs.rows()] == ["ok"] * 3
+
+def test_num_classes_and_seed_have_help() -> None:
+    blocks = option_help(help_text())
+    assert "classes" in blocks["--num-classes"] and "(default: 1000)" in blocks["--num-classes"]
+    assert "seed of" in blocks["--seed"] and "(default: 0)" in blocks["--seed"]
+
+
+def test_help_documents_the_exit_codes() -> None:
+    text = help_text()
+    for code in ("0 ", "1 ", "2 ", "130 "):
+        assert f"\n  {code}" in text
+
+
+def test_an_argparse_error_leads_with_the_problem() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.scaling", "--precision", "fp64"],
+        cwd=REPO, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2
+    lines = done.stderr.splitlines()
+    assert "error: argument --precision" in lines[0] and "fp64" in lines[0]
+    assert len(lines) <= 3 and "usage:" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--steps", "0"], "--steps must be >= 1"),
+        (["--repeats", "0", "--timeout", "-1"], "--timeout must be > 0"),
+        (["--hosts", "bad host:2"], "'bad host:2'"),
+    ],
+)
+def test_a_bad_value_is_refused_before_torch_is_imported(argv: list[str], expected: str) -> None:
+    code = (
+        "import sys\nfrom bench import scaling\n"
+        f"status = scaling.main({argv!r})\n"
+        "heavy = ('torch', 'horovod', 'pandas', 'matplotlib')\n"
+        "heavy = sorted(m for m in heavy if m in sys.modules)\n"
+        "print(status, heavy)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+    assert done.stdout.strip() == "2 []", done.stdout + done.stderr
+    assert expected in done.stderr
+
+
+def test_bad_host_entry_is_named_not_split() -> None:
+    with pytest.raises(config.ConfigError, match="'bad host:2'"):
+        options.parse_request(["--hosts", "bad host:2"])
+    with pytest.raises(config.ConfigError, match="empty entry"):
+        options.parse_request(["--hosts", "n1:2,,n2:2"])
+
+
+class Outcome:
+    """A launcher whose runs all end the same way: measured, or timed out."""
+
+    def __init__(self, timed_out: bool) -> None:
+        self.timed_out = timed_out
+
+    def run(self, spec: RunSpec | ProbeSpec, timeout_s: float, log: Path) -> ExecResult:
+        if isinstance(spec, ProbeSpec) or self.timed_out:
+            return ExecResult(None, True, timeout_s + 1.2, "", log)
+        return FakeLauncher().run(spec, timeout_s, log)
+
+
+@pytest.mark.parametrize(("timed_out", "expected"), [(False, 0), (True, 1)])
+def test_exit_status_says_whether_every_run_was_measured(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, timed_out: bool, expected: int
+) -> None:
+    monkeypatch.setattr(machine, "local_environment", lambda **_: cpu_machine())
+    monkeypatch.setattr(stages.models, "available_models", lambda: MODELS)
+    monkeypatch.setattr(stages, "collect_system_info", lambda env: {"host": "vm"})
+    monkeypatch.setattr(stages, "choose_launcher", lambda sweep, nodes: Outcome(timed_out))
+    argv = ["--out", str(tmp_path), "--launchers", "ddp", "--repeats", "1", "--timeout", "3",
+            "--no-progress"]  # fmt: skip
+    assert scaling.main(argv) == expected
+    (directory,) = tmp_path.iterdir()
+    rows = stages.ResultStore(directory).runs.rows()
+    assert {r.status for r in rows} == {"timeout" if timed_out else "ok"}
+    if timed_out:  # the configured timeout, not the wall time it took to stop the ranks
+        assert all("killed after the 3 s timeout" in r.error for r in rows)
+
+
+def test_all_runs_ok_needs_every_row_measured() -> None:
+    class Store:
+        def __init__(self, rows: list) -> None:  # type: ignore[type-arg]
+            self.runs = type("T", (), {"rows": lambda _self: rows})()
+
+    ok, failed = run_row(), with_status(run_row(), Status.FAILED.value, "boom")
+    sweep = stages.Sweep(config=None, store=Store([ok, ok]), meta={})  # type: ignore[arg-type]
+    assert stages.all_runs_ok(sweep)
+    sweep.store = Store([ok, failed])  # type: ignore[assignment]
+    assert not stages.all_runs_ok(sweep)
+    sweep.store = Store([])  # type: ignore[assignment]
+    assert not stages.all_runs_ok(sweep)

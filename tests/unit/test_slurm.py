@@ -17,31 +17,40 @@ from pathlib import Path
 
 import pytest
 
-from bench import launch
 from bench.hosts import ClusterConfig
-from bench.plan import HostSlots
-from bench.remote import SshOptions
-from bench.slurm import (
-    SlurmCluster,
+from bench.launchers import WORKER_MODULE, Launch
+from bench.launchers.argv import Tools, shell_join, torchrun_argv
+from bench.launchers.slurm import (
+    JOB_VARIABLES,
+    SlurmLauncher,
     SlurmOptions,
     SlurmRun,
     allocation_args,
+    job_horovodrun_argv,
     job_script,
+    job_torchrun_argv,
     parse_job_id,
     parse_scontrol_record,
 )
+from bench.launchers.transport import SshOptions
+from bench.spec import HostSlots
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def make_run(**overrides: object) -> SlurmRun:
+SPEC_ARG = "eyJhIjogMX0="
+
+
+def make_launch(launcher: str = "ddp", nodes: int = 2, ranks_per_node: int = 2,
+                launch_id: str = "ddp-n4-fp32-r0") -> Launch:  # fmt: skip
+    placement = tuple(HostSlots(f"slurm-node{i + 1}", ranks_per_node) for i in range(nodes))
+    return Launch(launch_id, launcher, WORKER_MODULE, ("--spec", SPEC_ARG), placement, 1, "cpu")
+
+
+def make_run(launch: Launch | None = None, **overrides: object) -> SlurmRun:
     fields: dict[str, object] = {
-        "run_id": "ddp-n4-fp32-r0",
-        "launcher": "ddp",
-        "nodes": 2,
-        "ranks_per_node": 2,
-        "entry": ("--module", "bench.worker", "--spec", "eyJhIjogMX0="),
-        "python": "/opt/envs/train/bin/python",
+        "launch": launch or make_launch(),
+        "tools": Tools("/opt/envs/train/bin/python", "/opt/envs/train/bin/horovodrun"),
         "workdir": str(REPO),
         "run_dir": "/shared/results/sweep1/slurm",
         "timeout_s": 300,
@@ -60,7 +69,7 @@ def test_allocation_asks_for_whole_nodes_and_a_time_limit() -> None:
         "--exclusive",
     ]  # fmt: skip
     gpu = allocation_args(
-        make_run(gpu=True, ranks_per_node=8),
+        make_run(make_launch(ranks_per_node=8), gpu=True),
         SlurmOptions(partition="a100", account="ml", qos="bench", exclusive=False,
                      extra_args=("--reservation=maint",)),
     )  # fmt: skip
@@ -71,18 +80,14 @@ def test_allocation_asks_for_whole_nodes_and_a_time_limit() -> None:
     assert "--exclusive" not in gpu
 
 
-@pytest.mark.parametrize(
-    ("overrides", "message"),
-    [
-        ({"launcher": "mpi"}, "unknown launcher"),
-        ({"nodes": 0}, "must be >= 1"),
-        ({"launcher": "horovod"}, "path of horovodrun"),
-        ({"run_id": "a b"}, "letters, digits"),
-    ],
-)
-def test_bad_runs_are_refused(overrides: dict, message: str) -> None:
-    with pytest.raises(ValueError, match=message):
-        make_run(**overrides)
+def test_bad_runs_are_refused() -> None:
+    with pytest.raises(ValueError, match="letters, digits"):
+        make_run(make_launch(launch_id="a b"))
+    with pytest.raises(ValueError, match="path of horovodrun"):
+        make_run(make_launch("horovod"), tools=Tools("/py", ""))
+    uneven = Launch("r", "ddp", WORKER_MODULE, (), (HostSlots("a", 2), HostSlots("b", 1)), 1, "cpu")
+    with pytest.raises(ValueError, match="same number of ranks on every node"):
+        make_run(uneven)
 
 
 def test_bad_options_are_refused() -> None:
@@ -121,18 +126,18 @@ sys.path.insert(0, os.environ["RECORDER_DIR"])
 import recorder
 node = os.environ.get("SLURMD_NODENAME")
 args = sys.argv[1:]
-if args[:3] == ["-m", "bench.remote", "survey"] and "--exports" in args:
+if args[:3] == ["-m", "bench.launchers.node", "survey"] and "--exports" in args:
     var = args[args.index("--exports") + 1]
     print(f'export {var}="${{{var}:-if-{node}}}"')
     print(f"export BENCH_NODE_ADDR=addr-{node}")
-elif args[:3] == ["-m", "bench.remote", "survey"]:
+elif args[:3] == ["-m", "bench.launchers.node", "survey"]:
     torch = os.environ.get("STANDIN_TORCH_B", "2.13.0") if node == "nodeB" else "2.13.0"
     recorder.survey(node, torch)
-elif args[:3] == ["-m", "bench.remote", "check-versions"]:
-    from bench import remote
-    sys.exit(remote.main(args[2:]))
+elif args[:3] == ["-m", "bench.launchers.node", "check-versions"]:
+    from bench.launchers import node as node_cli
+    sys.exit(node_cli.main(args[2:]))
 elif args[:2] == ["-m", "torch.distributed.run"]:
-    recorder.record("torchrun", args[2:])
+    recorder.record("torchrun", sys.argv)
 else:
     sys.exit(f"unexpected python call: {args}")
 """
@@ -140,10 +145,10 @@ STANDIN_HOROVODRUN = """#!{python}
 import os, sys
 sys.path.insert(0, os.environ["RECORDER_DIR"])
 import recorder
-recorder.record("horovodrun", sys.argv[1:])
+recorder.record("horovodrun", sys.argv)
 """
 RECORDER = """import json, os
-from bench.remote import SURVEY_MARKER
+from bench.machine import SURVEY_MARKER
 
 def record(tool, argv):
     env = os.environ.get
@@ -183,26 +188,27 @@ def run_script(tmp_path: Path, run: SlurmRun, extra_env: dict[str, str] | None =
     return done, calls
 
 
-def test_ddp_job_runs_torchrun_on_every_node_with_c10d(tmp_path: Path) -> None:
-    run = make_run(python=str(tmp_path / "bin" / "python"))
+def standin_run(tmp_path: Path, launch: Launch | None = None, **overrides: object) -> SlurmRun:
+    tools = Tools(str(tmp_path / "bin" / "python"), str(tmp_path / "bin" / "horovodrun"))
+    return make_run(launch, tools=tools, **overrides)
+
+
+def test_ddp_job_runs_exactly_the_builders_torchrun_on_every_node(tmp_path: Path) -> None:
+    run = standin_run(tmp_path)
+    script = job_script(run, SlurmOptions())
+    assert shell_join(job_torchrun_argv(run), JOB_VARIABLES) in script
     done, calls = run_script(tmp_path, run)
     assert done.returncode == 0, done.stderr
     assert "bench: 2 node(s) agree on torch" in done.stderr
     assert "bench: interfaces to nodeA: if-nodeA,if-nodeB" in done.stdout
     assert [c["node"] for c in calls] == ["nodeA", "nodeB"]
-    common = [
-        "--nnodes", "2", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
-        "--rdzv-id", "ddp-n4-fp32-r0", "--max-restarts", "0",
-        "--rdzv-endpoint=nodeA:29400",
-    ]  # fmt: skip
-    entry = ["--module", "bench.worker", "--spec", "eyJhIjogMX0="]
-    assert calls[0]["argv"] == [
-        *common, "--rdzv-conf=is_host=1,join_timeout=300", "--local-addr=addr-nodeA", *entry,
-    ]  # fmt: skip
-    assert calls[1]["argv"] == [
-        *common, "--rdzv-conf=is_host=0,join_timeout=300", "--local-addr=addr-nodeB", *entry,
-    ]  # fmt: skip
-    for call, name in zip(calls, ("nodeA", "nodeB"), strict=True):
+    for call, (name, is_host) in zip(calls, (("nodeA", "1"), ("nodeB", "0")), strict=True):
+        # the builder's argv, with what the job script filled in on the node
+        assert call["argv"] == torchrun_argv(
+            run.tools.python, nnodes=2, nproc_per_node=2, endpoint="nodeA:29400",
+            rdzv_id="ddp-n4-fp32-r0", module=WORKER_MODULE, args=["--spec", SPEC_ARG],
+            is_host=is_host, local_addr=f"addr-{name}",
+        )  # fmt: skip
         assert call["gloo_ifname"] == f"if-{name}"
         assert call["run"] == "ddp-n4-fp32-r0"
         assert call["odd"] == "a b'c"
@@ -210,54 +216,46 @@ def test_ddp_job_runs_torchrun_on_every_node_with_c10d(tmp_path: Path) -> None:
 
 
 def test_a_users_interface_choice_reaches_every_node(tmp_path: Path) -> None:
-    run = make_run(python=str(tmp_path / "bin" / "python"))
-    done, calls = run_script(tmp_path, run, {"GLOO_SOCKET_IFNAME": "ib0"})
+    done, calls = run_script(tmp_path, standin_run(tmp_path), {"GLOO_SOCKET_IFNAME": "ib0"})
     assert done.returncode == 0, done.stderr
     assert [c["gloo_ifname"] for c in calls] == ["ib0", "ib0"]
 
 
 def test_mismatched_nodes_stop_the_job_before_launch(tmp_path: Path) -> None:
-    run = make_run(python=str(tmp_path / "bin" / "python"))
-    done, calls = run_script(tmp_path, run, {"STANDIN_TORCH_B": "2.12.0"})
+    done, calls = run_script(tmp_path, standin_run(tmp_path), {"STANDIN_TORCH_B": "2.12.0"})
     assert done.returncode == 3
     assert "torch: 2.13.0 on nodeA; 2.12.0 on nodeB" in done.stderr
     assert calls == []
 
 
-def test_horovod_job_runs_horovodrun_over_the_allocation(tmp_path: Path) -> None:
-    run = make_run(
-        launcher="horovod", python=str(tmp_path / "bin" / "python"),
-        horovodrun=str(tmp_path / "bin" / "horovodrun"),
-        entry=("/opt/envs/train/bin/python", "-m", "bench.worker", "--spec", "S"),
+def test_horovod_job_runs_exactly_the_builders_horovodrun(tmp_path: Path) -> None:
+    run = standin_run(
+        tmp_path, make_launch("horovod"),
         ssh=SshOptions(port=2213, identity_file="/home/u/.ssh/bench key"),
     )  # fmt: skip
+    script = job_script(run, SlurmOptions())
+    assert "--components torch,horovod" in script
+    assert shell_join(job_horovodrun_argv(run), JOB_VARIABLES) in script
     done, calls = run_script(tmp_path, run)
     assert done.returncode == 0, done.stderr
-    assert "--components torch,horovod" in run_script_text(run)
     (call,) = calls
     assert call["tool"] == "horovodrun"
     assert call["argv"] == [
-        "-np", "4", "-H", "nodeA:2,nodeB:2", "--start-timeout", "300",
-        "--network-interfaces", "if-nodeA,if-nodeB", "--gloo", "-p", "2213",
+        run.tools.horovodrun, "-np", "4", "-H", "nodeA:2,nodeB:2", "--gloo",
+        "--start-timeout", "300", "--network-interfaces", "if-nodeA,if-nodeB", "-p", "2213",
         "--ssh-identity-file", "/home/u/.ssh/bench key",
-        "/opt/envs/train/bin/python", "-m", "bench.worker", "--spec", "S",
+        run.tools.python, "-m", WORKER_MODULE, "--spec", SPEC_ARG,
     ]  # fmt: skip
     assert call["run"] == "ddp-n4-fp32-r0"
-
-
-def run_script_text(run: SlurmRun) -> str:
-    return job_script(run, SlurmOptions())
 
 
 def test_gpu_jobs_pin_nccl_and_compare_the_gpu_stack() -> None:
     script = job_script(make_run(gpu=True), SlurmOptions())
     assert "--exports NCCL_SOCKET_IFNAME" in script
     assert "--components torch,nccl,driver_branch" in script
-    horovod = job_script(
-        make_run(gpu=True, launcher="horovod", horovodrun="/h"), SlurmOptions()
-    )  # fmt: skip
+    horovod = job_script(make_run(make_launch("horovod"), gpu=True), SlurmOptions())
     assert "--components torch,horovod,nccl,driver_branch" in horovod
-    assert "--gloo" not in horovod  # horovodrun picks its controller on GPU clusters
+    assert " --gloo " in horovod  # the same controller as on every other backend
 
 
 @pytest.mark.parametrize(
@@ -286,41 +284,32 @@ def test_scontrol_record() -> None:
     assert parse_scontrol_record("") == {}
 
 
-def slurm_cluster(device: str = "cpu") -> SlurmCluster:
+def slurm_launcher(device: str = "cpu") -> SlurmLauncher:
     cluster = ClusterConfig(
         hosts=(), node_counts=(2,), gpus_per_node=(4,), slurm=True, ssh_port=2213,
         remote_python="/env/bin/python", remote_workdir="/srv/bench", slurm_partition="gpu",
         slurm_args=("--qos=bench",),
     )  # fmt: skip
-    return SlurmCluster(cluster, device)
+    return SlurmLauncher(cluster, device)
 
 
 def test_a_ddp_launch_becomes_a_two_node_job(tmp_path: Path) -> None:
-    executor = slurm_cluster("cuda")
-    placement = (HostSlots("slurm-node1", 4), HostSlots("slurm-node2", 4))
-    commands = launch.torchrun_commands(
-        placement, "bench.worker", ["--spec", "S"], rdzv_id="ddp-n8-N2-r0",
-        rdzv_endpoint="slurm-node1:29400", env={"OMP_NUM_THREADS": "2", "PYTHONPATH": "/here"},
-        tools=executor.tools,
-    )  # fmt: skip
-    run = executor.slurm_run(commands, 600, tmp_path / "logs" / "ddp-n8-N2-r0.log")
-    assert (run.launcher, run.nodes, run.ranks_per_node, run.gpu) == ("ddp", 2, 4, True)
-    assert run.entry == ("--module", "bench.worker", "--spec", "S")
-    assert run.env == {"OMP_NUM_THREADS": "2"}  # the job script sets PYTHONPATH itself
-    assert (run.python, run.workdir) == ("/env/bin/python", "/srv/bench")
+    launcher = slurm_launcher("cuda")
+    launch = make_launch(ranks_per_node=4, launch_id="ddp-n8-N2-r0")
+    run = launcher.slurm_run(launch, 600, tmp_path / "slurm")
+    assert (run.launch, run.nodes, run.ranks_per_node, run.gpu) == (launch, 2, 4, True)
+    assert run.env["OMP_NUM_THREADS"] == "1"
+    assert "PYTHONPATH" not in run.env  # the job script sets it to the checkout on the nodes
+    assert (run.tools.python, run.workdir) == ("/env/bin/python", "/srv/bench")
     assert run.run_dir == str(tmp_path / "slurm")
-    assert allocation_args(run, executor.options)[-4:] == [
+    assert allocation_args(run, launcher.options)[-4:] == [
         "--gpus-per-node=4", "--exclusive", "--partition=gpu", "--qos=bench",
     ]  # fmt: skip
 
 
 def test_a_horovod_launch_becomes_a_job_running_horovodrun(tmp_path: Path) -> None:
-    executor = slurm_cluster()
-    placement = (HostSlots("slurm-node1", 4), HostSlots("slurm-node2", 4))
-    commands = launch.horovodrun_command(
-        placement, "bench.worker", ["--spec", "S"], env={}, tools=executor.tools
-    )
-    run = executor.slurm_run(commands, 60, tmp_path / "logs" / "horovod-n8-N2-r0.log")
-    assert (run.launcher, run.nodes, run.ranks_per_node) == ("horovod", 2, 4)
-    assert run.entry == ("/env/bin/python", "-m", "bench.worker", "--spec", "S")
-    assert run.horovodrun == "/env/bin/horovodrun" and run.ssh.port == 2213
+    launcher = slurm_launcher()
+    run = launcher.slurm_run(make_launch("horovod", ranks_per_node=4), 60, tmp_path)
+    assert (run.launch.launcher, run.nodes, run.ranks_per_node) == ("horovod", 2, 4)
+    assert run.tools.horovodrun == "/env/bin/horovodrun" and run.ssh.port == 2213
+    assert job_horovodrun_argv(run)[:5] == ["/env/bin/horovodrun", "-np", "8", "-H", "${hosts}"]

@@ -8,6 +8,7 @@ the container's apt state, package database and the files the roles write must b
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -87,6 +88,11 @@ CASES: dict[str, tuple[dict, str, str]] = {
         "nvidia_driver_reboot_timeout",
         "60",
     ),
+    "driver branch NVIDIA does not publish": (
+        {"nvidia_driver_branch": "999"},
+        "nvidia_driver_branch",
+        '"999" is not a branch NVIDIA publishes for debian12',
+    ),
     "driver version of another branch": (
         {"nvidia_driver_version": "550.127.08"},
         "nvidia_driver_version",
@@ -99,7 +105,7 @@ CASES: dict[str, tuple[dict, str, str]] = {
         "float",
     ),
     "CUDA 12.4 on driver branch 535": (
-        {"cuda_toolkit_version": "12.4"},
+        {"cuda_toolkit_version": "12.4", "nvidia_driver_branch": "535"},
         "cuda_toolkit_version",
         "needs driver branch 550",
     ),
@@ -143,10 +149,11 @@ CASES: dict[str, tuple[dict, str, str]] = {
         "nccl_version",
         "2.18.5-1+cuda12.2",
     ),
-    "NCCL CUDA minor as a number": (
-        {"nccl_cuda_version": 12},
+    # site.yml passes cuda_toolkit_version as nccl_cuda_version: an inventory value has no effect
+    "NCCL CUDA release that site.yml overrides, strict": (
+        {"nccl_cuda_version": "12.4", "gpustack_strict_vars": True},
         "nccl_cuda_version",
-        "12",
+        "cuda_toolkit_version",
     ),
     # conda
     "conda installer checksum too short": (
@@ -176,6 +183,28 @@ CASES: dict[str, tuple[dict, str, str]] = {
         "horovod_check_build",
         "bool",
     ),
+    "horovod version not a release": (
+        {"horovod_version": "latest"},
+        "horovod_version",
+        '"latest"',
+    ),
+    # nccl_tests
+    "nccl-tests checksum too short": (
+        {"nccl_tests_sha256": "abc123"},
+        "nccl_tests_sha256",
+        "abc123",
+    ),
+    # site.yml: a misspelt variable, refused with gpustack_strict_vars (a warning without it)
+    "misspelt variable, strict": (
+        {"nvidia_drvier_branch": "550", "gpustack_strict_vars": True},
+        "nvidia_drvier_branch",
+        "did you mean nvidia_driver_branch",
+    ),
+    "strict flag not a boolean": (
+        {"gpustack_strict_vars": "sometimes"},
+        "gpustack_strict_vars",
+        "sometimes",
+    ),
 }
 
 
@@ -196,6 +225,18 @@ def write_inventory(path: Path, cases: dict[str, dict]) -> Path:
     inventory = {"gpu_nodes": {"children": {"cases": {"hosts": hosts}}}}
     path.write_text(yaml.safe_dump(inventory, sort_keys=False))
     return path
+
+
+def warnings_by_host(report: str) -> dict[str, str]:
+    """host -> the message of site.yml's warning about undeclared variables (json callback)."""
+    found = {}
+    for play in json.loads(report)["plays"]:
+        for task in play["tasks"]:
+            if task["task"]["name"].startswith("Name the variables that look like a role's"):
+                for host, result in task["hosts"].items():
+                    if not result.get("skipped"):
+                        found[host] = result["msg"]
+    return found
 
 
 @pytest.fixture(scope="module")
@@ -239,14 +280,22 @@ def test_nothing_changed_on_the_host(site_run):
 
 def test_good_variables_pass_the_preflight(instance, playbook, tmp_path):
     # The same aliasing with valid variables: preflight (--tags preflight) passes, so the cases
-    # above fail because of their bad value, not because of how they are run.
-    inventory = write_inventory(tmp_path / "good.yml", {"good": {}})
+    # above fail because of their bad value, not because of how they are run. Without
+    # gpustack_strict_vars a misspelt variable passes too, named in a warning.
+    inventory = write_inventory(
+        tmp_path / "good.yml", {"good": {}, "misspelt": {"nvidia_drvier_branch": "550"}}
+    )
     run = playbook(
         PROJECT / "site.yml", inventories=[inventory], limit="cases", args=["--tags", "preflight"]
     )
     assert run.rc == 0, run.failures or run.stderr[-2000:]
-    assert run.stats[alias("good")]["failures"] == 0
-    assert run.stats[alias("good")]["changed"] == 0
+    for case in ("good", "misspelt"):
+        assert run.stats[alias(case)]["failures"] == 0
+        assert run.stats[alias(case)]["changed"] == 0
+    warnings = warnings_by_host(run.stdout)
+    assert alias("good") not in warnings
+    assert "nvidia_drvier_branch" in warnings[alias("misspelt")]
+    assert "did you mean nvidia_driver_branch" in warnings[alias("misspelt")]
 
 
 def test_cases_cover_every_role():

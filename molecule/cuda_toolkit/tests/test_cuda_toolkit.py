@@ -113,7 +113,7 @@ def test_refuses_toolkit_build_that_pulls_a_driver(host, refused, scenario_dir):
         {
             "cuda_toolkit_version": "12.2",
             "cuda_toolkit_package_version": "12.2.0-1",
-            "nvidia_driver_branch": "535",
+            "cuda_toolkit_driver_branch": "535",
         },
     )
     assert "Refusing to install cuda-toolkit-12-2=12.2.0-1" in message

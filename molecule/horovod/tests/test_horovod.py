@@ -1,34 +1,58 @@
-"""State python_env (venv provider) and horovod leave on the host: a venv with CPU torch from the
-local wheelhouse, the bench, and a Horovod built in the container that passes its own check and
-reduces across two processes."""
+"""State python_env (venv provider) and horovod leave on the host: a venv with PyPI's CUDA 13 torch
+and CUDA 13 compiler wheels, the bench, and the NCCL variant of Horovod compiled in the container,
+which passes its own check, links NCCL, loads torch's NCCL at run time and reduces across two
+processes (through Gloo: the container has no GPU)."""
 
 import json
+import os
 import re
+import urllib.request
 
 import pytest
 
 VENV = "/opt/venvs/train"
 PY = f"{VENV}/bin/python"
 RUN_ENV = f"env PATH={VENV}/bin:/usr/sbin:/usr/bin:/sbin:/bin OMP_NUM_THREADS=1"
+SYSTEM_NCCL = "/usr/lib/x86_64-linux-gnu/libnccl.so.2"
 
 
 def py(host, code):
     return host.run_expect([0], f"{PY} -c '{code}'").stdout.strip()
 
 
+def python_minor(host):
+    # Debian 13 would run Python 3.13; Debian 12 and the Ubuntu 20.04 stand-in run 3.11.
+    return "13" if host.backend.get_hostname().startswith("debian13") else "11"
+
+
+def site_packages(host):
+    return f"{VENV}/lib/python3.{python_minor(host)}/site-packages"
+
+
+def extension(host):
+    out = host.run_expect([0], f"ls {site_packages(host)}/horovod/torch/mpi_lib_v2*.so").stdout
+    return out.split()[0]
+
+
 def test_venv_uses_the_requested_interpreter(host):
     assert host.file(f"{VENV}/pyvenv.cfg").contains("^home = /usr/bin$")
-    assert py(host, "import sys; print(sys.version_info[:2])") == "(3, 11)"
+    assert py(host, "import sys; print(sys.version_info[:2])") == f"(3, {python_minor(host)})"
 
 
-def test_cpu_torch_from_the_wheelhouse(host):
+def test_cuda_torch_from_the_wheelhouse(host):
     out = py(host, "import torch; print(torch.__version__, torch.version.cuda)")
-    assert out == "2.13.0+cpu None"
+    # PyPI's file is torch-2.13.0-*.whl; the build labels itself with its CUDA release.
+    assert out == "2.13.0+cu130 13.0"
 
 
 @pytest.mark.parametrize(
     ("dist", "version"),
-    [("torchvision", "0.28.0"), ("gpustack-bench", None)],
+    [
+        ("torchvision", "0.28.0"),
+        ("nvidia-nccl-cu13", "2.29.7"),
+        ("nvidia-cuda-nvcc", "13.0.88"),
+        ("gpustack-bench", None),
+    ],
 )
 def test_distributions_installed(host, dist, version):
     got = py(host, f'import importlib.metadata as m; print(m.version("{dist}"))')
@@ -36,47 +60,35 @@ def test_distributions_installed(host, dist, version):
 
 
 def test_training_packages_import(host):
-    # torchvision is deliberately not imported (CPU torch cannot register its compiled ops).
     out = py(host, "import pandas, pyarrow, matplotlib, pynvml, tqdm, bench; print(bench.__name__)")
     assert out == "bench"
 
 
-def test_bench_shipped_without_caches(host):
-    src = f"{VENV}/src/gpustack-bench"
-    assert host.file(f"{src}/pyproject.toml").is_file
-    assert host.file(f"{src}/bench/__init__.py").is_file
-    assert host.run_expect([0], f"find {src} -name __pycache__ -o -name '*.pyc'").stdout == ""
-
-
 def test_build_record_matches_the_environment(host):
     record = json.loads(host.file(f"{VENV}/gpustack-horovod.json").content_string)
+    minor = python_minor(host)
     assert record["built_against"] == {
         "horovod_version": "0.28.1",
-        "torch_version": "2.13.0+cpu",
-        "torch_cuda": None,
-        "python_version": "3.11",
-        "gpu_operations": "gloo",
-        "nccl_home": None,
+        "torch_version": "2.13.0+cu130",
+        "torch_cuda": "13.0",
+        "python_version": f"3.{minor}",
+        "gpu_operations": "nccl",
+        # Built against the NCCL torch bundles, not the system's 2.28.3.
+        "nccl_include": f"{site_packages(host)}/nvidia/nccl/include",
+        "nccl_version": "2.29.7",
+        "cuda_cc_list": ["90"],
+        # torch 2.13's headers ask for C++17 (torch >= 2.14's for C++20).
         "cxx_standard": 17,
     }
-    # The wheel was built here (the wheelhouse holds only Horovod's sdist) and cached under its key.
-    key = "horovod-0.28.1_torch-2.13.0+cpu_py3.11_gloo"
+    key = f"horovod-0.28.1_torch-2.13.0+cu130_py3.{minor}_nccl_cxx17_sm90"
     wheel = host.file(f"/var/cache/gpustack/horovod-wheels/{key}/{record['wheel']}")
     assert wheel.is_file
     assert wheel.sha256sum == record["wheel_sha256"]
-    assert re.fullmatch(r"horovod-0\.28\.1-cp311-cp311-linux_x86_64\.whl", record["wheel"])
+    tag = f"cp3{minor}"
+    assert re.fullmatch(rf"horovod-0\.28\.1-{tag}-{tag}-linux_x86_64\.whl", record["wheel"])
 
 
-def test_installed_horovod_loads_against_this_torch(host):
-    installed = py(host, 'import importlib.metadata as m; print(m.version("horovod"))')
-    assert installed == "0.28.1"
-    # The torch extension only loads if it was compiled against this torch's headers and ABI.
-    code = "import horovod.torch as hvd; print(hvd.__name__, hvd.gloo_built(), hvd.nccl_built())"
-    out = py(host, code)
-    assert out == "horovod.torch True 0"
-
-
-def test_check_build_lists_pytorch_and_gloo(host):
+def test_check_build_lists_pytorch_nccl_and_gloo(host):
     out = host.run_expect([0], f"{RUN_ENV} horovodrun --check-build").stdout
     frameworks, rest = out.split("Available Controllers:")
     controllers, operations = rest.split("Available Tensor Operations:")
@@ -86,7 +98,43 @@ def test_check_build_lists_pytorch_and_gloo(host):
 
     assert checked(frameworks) == ["PyTorch"]
     assert checked(controllers) == ["Gloo"]
-    assert checked(operations) == ["Gloo"]
+    assert checked(operations) == ["NCCL", "Gloo"]
+
+
+def test_extension_links_nccl_and_cuda_kernels(host):
+    ext = extension(host)
+    dynamic = host.check_output(f"readelf -d {ext}")
+    needed = re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", dynamic)
+    assert "libnccl.so.2" in needed
+    # The CUDA kernels are compiled in: nvcc's fatbinary section carries the device code.
+    sections = host.check_output(f"readelf -S -W {ext}")
+    assert ".nv_fatbin" in sections
+
+
+NCCL_MAPS = """
+import horovod.torch as hvd, torch
+maps = sorted({l.split()[-1] for l in open("/proc/self/maps") if "libnccl" in l})
+print(json.dumps({"maps": maps, "torch": ".".join(map(str, torch.cuda.nccl.version())),
+                  "nccl_built": int(hvd.nccl_built())}))
+"""
+
+
+def test_torch_process_runs_torchs_nccl_not_the_systems(host):
+    bundled = f"{site_packages(host)}/nvidia/nccl/lib/libnccl.so.2"
+    # Even alone, the extension resolves libnccl.so.2 through its RUNPATH to torch's NCCL, not to
+    # the system's copy in the linker's default path...
+    ldd = host.check_output(f"ldd {extension(host)}")
+    nccl = re.findall(r"libnccl\.so\.2 => (\S+)", ldd)
+    assert [host.check_output(f"readlink -f {p}") for p in nccl] == [bundled], ldd
+    # ...and in a process torch has already loaded its bundled libnccl.so.2 (through its own
+    # RUNPATH): exactly one NCCL is mapped, torch's, version 2.29.7.
+    host.run_expect([0], f"cat > /tmp/nccl_maps.py <<'PY'\nimport json\n{NCCL_MAPS}PY")
+    got = json.loads(host.check_output(f"{RUN_ENV} {PY} /tmp/nccl_maps.py"))
+    assert got["maps"] == [bundled]
+    assert got["torch"] == "2.29.7"
+    assert got["nccl_built"] != 0
+    # The other NCCL really is there, where libnccl2 puts it.
+    assert host.file(SYSTEM_NCCL).linked_to == f"{SYSTEM_NCCL}.28.3"
 
 
 ALLREDUCE = """
@@ -108,3 +156,39 @@ def test_two_process_allreduce(host):
     results = sorted(re.findall(r"rank=(\d) size=(\d) sum=([\d.,]+)", out))
     # Ranks contribute 1 and 2: every element of the sum is 3 on both ranks.
     assert results == [("0", "2", "3,3,3,3"), ("1", "2", "3,3,3,3")]
+
+
+NCCL_TESTS = "/opt/nccl-tests/2.19.6"
+
+
+def test_nccl_tests_built_from_the_checksummed_tarball(host):
+    if not host.backend.get_hostname().startswith("ubuntu2004"):
+        pytest.skip("nccl-tests is compiled on the Ubuntu 20.04 stand-in only (same build on both)")
+    record = json.loads(host.file(f"{NCCL_TESTS}/gpustack-nccl-tests.json").content_string)
+    assert record["version"] == "2.19.6"
+    # The served tarball is our stand-in source (TEST FIXTURE); the record names its checksum.
+    served = urllib.request.urlopen(
+        os.environ["STANDIN_URL"] + "/installers/nccl-tests-standin.tar.gz.sha256", timeout=10
+    )
+    assert record["sha256"] == served.read().decode().split()[0]
+    assert record["cuda_release"] == "13.0"
+    assert record["nvcc_gencode"] == "-gencode=arch=compute_90,code=sm_90"
+    for name in ("all_reduce_perf", "all_gather_perf", "broadcast_perf", "sendrecv_perf"):
+        binary = f"{NCCL_TESTS}/bin/{name}"
+        assert host.file(binary).mode == 0o755
+        dynamic = host.check_output(f"readelf -d {binary}")
+        assert "Shared library: [libnccl.so.2]" in dynamic
+        # The kernels are compiled in (nvcc's fatbinary section).
+        assert ".nv_fatbin" in host.check_output(f"readelf -S -W {binary}")
+    # cudart is linked shared; a real server finds it through the cuda_toolkit role's ld.so entry,
+    # the container through LD_LIBRARY_PATH at the wheel's lib directory (which holds no NCCL).
+    cudart = f"env LD_LIBRARY_PATH={site_packages(host)}/nvidia/cu13/lib"
+    # Outside torch, the system's libnccl2 is the NCCL nccl-tests runs with.
+    ldd = host.check_output(f"{cudart} ldd {NCCL_TESTS}/bin/all_reduce_perf")
+    # ld.so may name it through /lib (merged /usr): compare the files it resolves to.
+    found = re.search(r"libnccl\.so\.2 => (\S+) ", ldd)
+    assert found, ldd
+    resolved = host.check_output(f"readlink -f {found.group(1)}")
+    assert resolved == host.check_output(f"readlink -f {SYSTEM_NCCL}"), ldd
+    # It starts and finds its libraries (the stand-in's output is not asserted on).
+    host.run_expect([0], f"{cudart} {NCCL_TESTS}/bin/all_reduce_perf")

@@ -9,7 +9,7 @@ import pytest
 PACKAGES = ["libnccl2", "libnccl-dev"]
 # The build each platform asked for (defaults / molecule.yml host_vars).
 EXPECTED = {
-    "debian12-nccl": "2.18.5-1+cuda12.2",
+    "debian12-nccl": "2.28.3-1+cuda12.9",
     "ubuntu2004-nccl": "2.21.5-1+cuda12.4",
 }
 
@@ -53,10 +53,10 @@ def test_held_and_kept_out_of_unattended_upgrades(host):
 @pytest.mark.parametrize(
     "extra_vars,missing",
     [
-        ({"nccl_version": "2.21.5-1"}, "libnccl2=2.21.5-1+cuda12.2"),
+        ({"nccl_version": "2.21.5-1"}, "libnccl2=2.21.5-1+cuda12.9"),
         ({"nccl_version": "2.18.5-1", "nccl_cuda_version": "12.4"}, "libnccl2=2.18.5-1+cuda12.4"),
     ],
-    ids=["release not built for 12.2", "12.4 build of 2.18.5 missing"],
+    ids=["release not built for 12.9", "12.4 build of 2.18.5 missing"],
 )
 def test_refuses_a_build_the_repo_does_not_have(
     host, name, extra_vars, missing, refused, scenario_dir

@@ -3,36 +3,37 @@ upgrade_driver, driver_distro_source). They read what dpkg, apt and systemd repo
 
 import re
 
-# The packages each install path must leave installed, by distro family and source.
+# The packages each install path must leave installed, by distro family and source; {b} is the
+# driver branch (the scenarios use the default 580 and the still-selectable 535).
 DRIVER_PACKAGES = {
     ("debian", "nvidia_repo"): [
-        "cuda-drivers-535",
+        "cuda-drivers-{b}",
         "nvidia-driver",
         "libcuda1",
         "nvidia-persistenced",
         "nvidia-kernel-dkms",
     ],
     ("ubuntu", "nvidia_repo"): [
-        "cuda-drivers-535",
-        "nvidia-driver-535",
-        "nvidia-utils-535",
-        "libnvidia-compute-535",
-        "nvidia-compute-utils-535",
-        "nvidia-dkms-535",
+        "cuda-drivers-{b}",
+        "nvidia-driver-{b}",
+        "nvidia-utils-{b}",
+        "libnvidia-compute-{b}",
+        "nvidia-compute-utils-{b}",
+        "nvidia-dkms-{b}",
     ],
     ("ubuntu", "distro"): [
-        "nvidia-headless-535-server",
-        "nvidia-headless-no-dkms-535-server",
-        "nvidia-utils-535-server",
-        "libnvidia-compute-535-server",
-        "nvidia-compute-utils-535-server",
-        "nvidia-dkms-535-server",
+        "nvidia-headless-{b}-server",
+        "nvidia-headless-no-dkms-{b}-server",
+        "nvidia-utils-{b}-server",
+        "libnvidia-compute-{b}-server",
+        "nvidia-compute-utils-{b}-server",
+        "nvidia-dkms-{b}-server",
     ],
 }
 USERSPACE = {
-    ("debian", "nvidia_repo"): "libcuda1",
-    ("ubuntu", "nvidia_repo"): "libnvidia-compute-535",
-    ("ubuntu", "distro"): "libnvidia-compute-535-server",
+    ("debian", "nvidia_repo"): r"libcuda1",
+    ("ubuntu", "nvidia_repo"): r"libnvidia-compute-[0-9]{3}",
+    ("ubuntu", "distro"): r"libnvidia-compute-[0-9]{3}-server",
 }
 BLACKLIST_SNIPPET = "/etc/apt/apt.conf.d/51gpustack-nvidia-driver-blacklist"
 
@@ -75,7 +76,8 @@ def upstream(version):
 
 def assert_driver_installed(host, source, expected_upstream):
     status = dpkg_status(host)
-    for name in DRIVER_PACKAGES[(family(host), source)]:
+    branch = expected_upstream.split(".")[0]
+    for name in (n.format(b=branch) for n in DRIVER_PACKAGES[(family(host), source)]):
         assert name in status and status[name][1][1] == "i", f"{name} not installed"
         assert upstream(status[name][0]) == expected_upstream, f"{name} is {status[name][0]}"
     return status
@@ -125,15 +127,16 @@ def assert_persistenced_running(host):
 
 def assert_fabricmanager_absent(host):
     status = dpkg_status(host)
-    assert (
-        "nvidia-fabricmanager-535" not in status or status["nvidia-fabricmanager-535"][1][1] != "i"
-    )
+    installed = [
+        n for n, (_, a) in status.items() if n.startswith("nvidia-fabricmanager") and a[1] == "i"
+    ]
+    assert installed == []
     assert not host.service("nvidia-fabricmanager").is_running
 
 
 def assert_fabricmanager_running(host, expected_upstream):
     status = dpkg_status(host)
-    version, abbrev = status["nvidia-fabricmanager-535"]
+    version, abbrev = status[f"nvidia-fabricmanager-{expected_upstream.split('.')[0]}"]
     assert abbrev[1] == "i"
     assert upstream(version) == expected_upstream
     service = host.service("nvidia-fabricmanager")
@@ -145,7 +148,5 @@ def assert_reboot_pending(host, source):
     # No kernel module in a container: the role records the pending reboot instead of rebooting.
     assert not host.file("/proc/driver/nvidia/version").exists
     assert host.file("/var/run/reboot-required").exists
-    assert (
-        USERSPACE[(family(host), source)]
-        in host.file("/var/run/reboot-required.pkgs").content_string.split()
-    )
+    pending = host.file("/var/run/reboot-required.pkgs").content_string.split()
+    assert any(re.fullmatch(USERSPACE[(family(host), source)], name) for name in pending), pending

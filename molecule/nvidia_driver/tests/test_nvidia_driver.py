@@ -1,14 +1,14 @@
-"""nvidia_driver with defaults: the newest 535 driver from the stand-in of NVIDIA's repo."""
+"""nvidia_driver with defaults: the newest 580 driver from the stand-in of NVIDIA's repo."""
 
 import driver_state as ds
 
-NEWEST = "535.183.01"
+NEWEST = "580.105.08"
 
 
 def test_newest_driver_of_branch_installed(host):
     status = ds.assert_driver_installed(host, "nvidia_repo", NEWEST)
-    # A newer branch exists in the repo (on Debian under the same names) but is not used.
-    assert not any(v.startswith("550.") for v, a in status.values() if a[1] == "i")
+    # Other branches exist in the repo (on Debian under the same names) but are not used.
+    assert not any(v.startswith(("535.", "550.")) for v, a in status.values() if a[1] == "i")
 
 
 def test_resolved_version_pinned_for_apt(host):
@@ -19,7 +19,7 @@ def test_resolved_version_pinned_for_apt(host):
 
 def test_driver_held_and_blacklisted(host):
     driver = ds.assert_driver_held(host, NEWEST)
-    assert "cuda-drivers-535" in driver
+    assert "cuda-drivers-580" in driver
 
 
 def test_persistenced_enabled_and_running(host):

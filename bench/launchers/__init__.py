@@ -1,0 +1,125 @@
+"""The launcher interface: one spec (a run or a probe), a timeout and a log path in, an
+`ExecResult` out.
+
+Three backends implement it, each in its own module, and all build their command lines with the
+same argv builders (bench.launchers.argv) and stop what they started with the same stop policy
+(bench.launchers.stop):
+
+- `bench.launchers.local.LocalLauncher`: this machine (torchrun or horovodrun as a child).
+- `bench.launchers.ssh.SshLauncher`: --hosts, one torchrun per node started over ssh, or
+  horovodrun on the first node.
+- `bench.launchers.slurm.SlurmLauncher`: --slurm, one job per launch.
+
+What a spec asks for is read from the spec once (`launch_of`); nothing parses a built command
+line back.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from bench.spec import Placement, ProbeSpec, RunSpec
+
+WORKER_MODULE = "bench.rank.worker"
+PROBE_MODULE = "bench.rank.probe"
+REPO_ROOT = Path(__file__).resolve().parent.parent.parent
+# Every process of a multi-node launch carries RUN_TAG_VAR=<tag> in its environment (horovodrun
+# forwards its environment to remote ranks, the Slurm job script exports it): stopping a launch
+# finds its processes on each node by that exact value, and nothing else.
+RUN_TAG_VAR = "GPUSTACK_BENCH_RUN"
+
+
+class RemoteError(RuntimeError):
+    """A problem with the other nodes that stops a multi-node run before or after it ran."""
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    returncode: int | None  # None when stopped on timeout
+    timed_out: bool
+    wall_s: float
+    output: str  # stdout and stderr, interleaved as written
+    log_path: Path
+    # What only a multi-node backend knows: the interface variables the ranks got (for the
+    # interconnect column; empty means this process's environment) and, under Slurm, the hosts
+    # the job actually ran on ("" means the planned placement).
+    environ: Mapping[str, str] = field(default_factory=dict)
+    hosts: str = ""
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What one spec asks the launchers for, read from the spec in one place."""
+
+    launch_id: str  # the run id or the probe id
+    launcher: str  # "ddp" (torchrun) or "horovod" (horovodrun); probes always use torchrun
+    module: str  # the rank entry point, run as python -m MODULE
+    args: tuple[str, ...]
+    placement: Placement
+    threads_per_rank: int
+    device: str
+
+    @property
+    def nodes(self) -> int:
+        return len(self.placement)
+
+    @property
+    def world_size(self) -> int:
+        return sum(h.slots for h in self.placement)
+
+    @property
+    def ranks_per_node(self) -> int:
+        return max(h.slots for h in self.placement)
+
+
+def launch_of(spec: RunSpec | ProbeSpec) -> Launch:
+    args = ("--spec", spec.encode())
+    if isinstance(spec, ProbeSpec):
+        return Launch(spec.probe_id, "ddp", PROBE_MODULE, args, spec.placement,
+                      spec.threads_per_rank, spec.device)  # fmt: skip
+    if spec.launcher not in ("ddp", "horovod"):
+        raise ValueError(f"unknown launcher {spec.launcher!r}")
+    return Launch(spec.run_id, spec.launcher, WORKER_MODULE, args, spec.placement,
+                  spec.threads_per_rank, spec.workload.device)  # fmt: skip
+
+
+class Launcher(Protocol):
+    """Runs one spec to completion (or until timeout_s), output captured in log_path."""
+
+    def run(self, spec: RunSpec | ProbeSpec, timeout_s: float, log_path: Path) -> ExecResult: ...
+
+
+def rank_environment(threads: int, device: str) -> dict[str, str]:
+    """Variables every rank gets, whichever launcher and backend starts it.
+
+    Threads per rank are set explicitly for both launchers (torchrun would force 1,
+    horovodrun leaves one thread per core in every rank). NCCL_DEBUG=INFO makes NCCL name the
+    transport it picked (P2P, SHM, NET/IB, NET/Socket), which becomes the interconnect column;
+    a user's own NCCL_DEBUG wins.
+    """
+    env = {
+        "OMP_NUM_THREADS": str(threads),
+        "MKL_NUM_THREADS": str(threads),
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONPATH": os.pathsep.join(
+            p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p
+        ),
+    }
+    if device == "cuda" and "NCCL_DEBUG" not in os.environ:
+        env["NCCL_DEBUG"] = "INFO"
+    return env
+
+
+def new_tag(prefix: str = "gsb") -> str:
+    """A fresh, shell-safe tag for one multi-node launch (RUN_TAG_VAR's value)."""
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+def socket_ifname_var(gpu: bool) -> str:
+    """The variable that pins the collective library to an interface."""
+    return "NCCL_SOCKET_IFNAME" if gpu else "GLOO_SOCKET_IFNAME"

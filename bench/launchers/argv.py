@@ -1,0 +1,154 @@
+"""The torchrun and horovodrun command lines: built here, once, for every backend.
+
+`torchrun_argv` is one node's torchrun agent (all nodes meet at a c10d rendezvous);
+`horovodrun_argv` is the one horovodrun that starts every rank (-H host:slots). The local, ssh
+and Slurm backends call them with their own values: this machine and a free port; the
+surveyed nodes' addresses; or, in a Slurm job script, shell variables the job fills in on its
+nodes (`shell_join` renders such an argv for bash).
+
+Pure functions of their arguments: building a command changes nothing and starts nothing.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+import socket
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# How long the nodes wait for each other to join: torchrun's c10d rendezvous join_timeout and
+# horovodrun's --start-timeout, the same on every backend.
+JOIN_TIMEOUT_S = 300
+
+
+def _default_horovodrun() -> str:
+    """The horovodrun of this interpreter's environment, else the one on PATH."""
+    beside = Path(sys.executable).with_name("horovodrun")
+    return str(beside) if beside.exists() else shutil.which("horovodrun") or str(beside)
+
+
+@dataclass(frozen=True)
+class Tools:
+    """Where the launchers live: this environment's, or the nodes' (--remote-python)."""
+
+    python: str = sys.executable
+    horovodrun: str = field(default_factory=_default_horovodrun)
+
+    @classmethod
+    def beside(cls, python: str) -> Tools:
+        """The tools of the environment that `python` belongs to."""
+        return cls(python=python, horovodrun=str(Path(python).with_name("horovodrun")))
+
+
+@dataclass(frozen=True)
+class NodeCommand:
+    """A command to run on `host`, with the environment variables it needs on top of the host's."""
+
+    host: str
+    argv: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def rendezvous_endpoint(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"  # brackets: an IPv6 address
+
+
+def torchrun_argv(
+    python: str,
+    *,
+    nnodes: int,
+    nproc_per_node: int,
+    endpoint: str,
+    rdzv_id: str,
+    module: str,
+    args: Sequence[str],
+    is_host: bool | str,
+    local_addr: str = "",
+    log_dir: str = "",
+    join_timeout_s: int = JOIN_TIMEOUT_S,
+) -> list[str]:
+    """One node's torchrun agent.
+
+    is_host: whether this node runs the c10d store (the first node does; "1"/"0" or a shell
+    variable). local_addr: the address the node advertises to the others (multi-node).
+    log_dir: where each rank's output also goes on the node (--tee=3 keeps the console copy).
+    """
+    host_flag = ("1" if is_host else "0") if isinstance(is_host, bool) else is_host
+    argv = [
+        python, "-m", "torch.distributed.run",
+        f"--nnodes={nnodes}",
+        f"--nproc-per-node={nproc_per_node}",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint={endpoint}",
+        f"--rdzv-id={rdzv_id}",
+        f"--rdzv-conf=is_host={host_flag},join_timeout={join_timeout_s}",
+        "--max-restarts=0",
+    ]  # fmt: skip
+    if local_addr:
+        argv.append(f"--local-addr={local_addr}")
+    if log_dir:
+        argv += [f"--log-dir={log_dir}", "--tee=3"]
+    return [*argv, "--module", module, *args]
+
+
+def horovodrun_argv(
+    horovodrun: str,
+    python: str,
+    *,
+    np: int,
+    hosts: str,
+    module: str,
+    args: Sequence[str],
+    network_interfaces: str = "",
+    ssh_port: int | None = None,
+    ssh_identity_file: str | None = None,
+    start_timeout_s: int = JOIN_TIMEOUT_S,
+) -> list[str]:
+    """The horovodrun that starts all `np` ranks on `hosts` ("node1:8,node2:8"), the other
+    nodes' over ssh (its own ssh: port and key), with the Gloo controller on every backend (the
+    environment check requires Horovod built with Gloo; GPU tensors still go through NCCL)."""
+    argv = [
+        horovodrun,
+        "-np", str(np),
+        "-H", hosts,
+        "--gloo",
+        "--start-timeout", str(start_timeout_s),
+    ]  # fmt: skip
+    if network_interfaces:
+        argv += ["--network-interfaces", network_interfaces]
+    if ssh_port is not None:
+        argv += ["-p", str(ssh_port)]
+    if ssh_identity_file:
+        argv += ["--ssh-identity-file", ssh_identity_file]
+    return [*argv, python, "-m", module, *args]
+
+
+def shell_join(argv: Sequence[str], variables: Sequence[str] = ()) -> str:
+    """argv as one bash command line, every word quoted, except that `${NAME}` for each NAME
+    in `variables` expands (inside double quotes) where the line runs."""
+    if not variables:
+        return shlex.join(argv)
+    names = "|".join(re.escape(v) for v in variables)
+    pattern = re.compile(r"(\$\{(?:" + names + r")\})")
+    words = []
+    for word in argv:
+        parts = pattern.split(word)
+        words.append(
+            "".join(
+                f'"{part}"' if pattern.fullmatch(part) else shlex.quote(part)
+                for part in parts
+                if part
+            )
+            or "''"
+        )
+    return " ".join(words)

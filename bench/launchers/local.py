@@ -1,0 +1,94 @@
+"""The local backend: a launch's torchrun or horovodrun as a child of this process."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from bench.launchers import ExecResult, Launch, launch_of, rank_environment
+from bench.launchers.argv import (
+    NodeCommand,
+    Tools,
+    free_port,
+    horovodrun_argv,
+    rendezvous_endpoint,
+    torchrun_argv,
+)
+from bench.launchers.stop import STOP, StopPolicy, stop_tree
+from bench.spec import LOCAL_HOST, ProbeSpec, RunSpec, format_hosts
+
+
+def execute(
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    timeout_s: float,
+    log_path: Path,
+    policy: StopPolicy = STOP,
+) -> ExecResult:
+    """Run one prepared command; capture stdout+stderr in `log_path`; stop the tree on timeout.
+
+    On KeyboardInterrupt the tree is stopped too and the interrupt propagates, so the caller can
+    record the run as interrupted. The child runs in its own session: a terminal's Ctrl-C reaches
+    only the sweep, which decides what to stop.
+    """
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    timed_out = False
+    with open(log_path, "wb") as log:
+        log.write(("$ " + " ".join(argv) + "\n").encode())
+        log.flush()
+        proc = subprocess.Popen(
+            list(argv),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **env},
+            start_new_session=True,
+        )
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            stop_tree(proc, policy)
+        except BaseException:
+            stop_tree(proc, policy)
+            raise
+    wall = time.monotonic() - started
+    output = log_path.read_text(errors="replace")
+    returncode = None if timed_out else proc.returncode
+    return ExecResult(returncode, timed_out, wall, output, log_path)
+
+
+class LocalLauncher:
+    """Every rank on this machine: torchrun on a free local port, or horovodrun -H localhost:N."""
+
+    def __init__(self, tools: Tools | None = None, policy: StopPolicy = STOP) -> None:
+        self.tools = tools or Tools()
+        self.policy = policy
+
+    def command(self, launch: Launch, port: int | None = None) -> NodeCommand:
+        if launch.nodes != 1 or launch.placement[0].host != LOCAL_HOST:
+            raise ValueError(
+                f"the local launcher runs on {LOCAL_HOST} only, "
+                f"got {format_hosts(launch.placement)}"
+            )
+        env = rank_environment(launch.threads_per_rank, launch.device)
+        if launch.launcher == "horovod":
+            argv = horovodrun_argv(
+                self.tools.horovodrun, self.tools.python, np=launch.world_size,
+                hosts=format_hosts(launch.placement), module=launch.module, args=launch.args,
+            )  # fmt: skip
+        else:
+            argv = torchrun_argv(
+                self.tools.python, nnodes=1, nproc_per_node=launch.world_size,
+                endpoint=rendezvous_endpoint(LOCAL_HOST, port or free_port()),
+                rdzv_id=launch.launch_id, module=launch.module, args=launch.args, is_host=True,
+            )  # fmt: skip
+        return NodeCommand(LOCAL_HOST, tuple(argv), env)
+
+    def run(self, spec: RunSpec | ProbeSpec, timeout_s: float, log_path: Path) -> ExecResult:
+        command = self.command(launch_of(spec))
+        return execute(command.argv, command.env, timeout_s, log_path, self.policy)

@@ -1,0 +1,182 @@
+"""Running one launch's commands on their nodes at once, with a deadline, and stopping every
+process of the launch on every node when one node fails or the launch overruns."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench.launchers import RUN_TAG_VAR
+from bench.launchers.argv import NodeCommand
+from bench.launchers.logs import failure_reason
+from bench.launchers.stop import STOP, StopPolicy, stop_script, stop_tree
+from bench.launchers.transport import (
+    SshOptions,
+    host_argv,
+    last_line,
+    on_all,
+    run_on_host,
+    shell_command,
+)
+
+
+def kill_run(
+    hosts: Sequence[str], tag: str, options: SshOptions, policy: StopPolicy = STOP
+) -> dict[str, subprocess.CompletedProcess[str]]:
+    """Stop every process of the launch tagged `tag` on each host (a host that is down is
+    reported, not fatal)."""
+    script = stop_script(RUN_TAG_VAR, tag, policy)
+    return on_all(hosts, lambda h: run_on_host(h, script, options, policy.grace_s + 60))
+
+
+@dataclass
+class NodeOutcome:
+    """How one node's launcher ended."""
+
+    host: str
+    returncode: int | None
+    log_path: Path
+    timed_out: bool = False
+    stopped: bool = False  # stopped by us because another node failed or the run overran
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and not self.timed_out and not self.stopped
+
+    def output(self, limit: int = 200_000) -> str:
+        try:
+            data = self.log_path.read_bytes()
+        except OSError:
+            return ""
+        return data[-limit:].decode(errors="replace")
+
+
+@dataclass
+class MultiNodeResult:
+    tag: str
+    outcomes: list[NodeOutcome]
+    wall_s: float
+    cleanup: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return all(o.ok for o in self.outcomes)
+
+    @property
+    def timed_out(self) -> bool:
+        return any(o.timed_out for o in self.outcomes)
+
+    def failure_summary(self) -> str:
+        """One line per node that did not finish cleanly: the first node to fail comes first."""
+        lines = []
+        for o in self.outcomes:
+            if o.ok:
+                continue
+            if o.timed_out:
+                what = "timed out"
+            elif o.stopped:
+                what = "stopped after another node failed"
+            else:
+                what = f"exited with rc={o.returncode}"
+            lines.append(f"{o.host}: {what}: {failure_reason(o.output(50_000))}")
+        return "\n".join(lines)
+
+
+def _start(
+    commands: Sequence[NodeCommand], options: SshOptions, tag: str, log_dir: Path,
+    workdir: str | None, remote_timeout_s: float, policy: StopPolicy,
+) -> list[tuple[subprocess.Popen, NodeOutcome]]:  # fmt: skip
+    started = []
+    for index, command in enumerate(commands):
+        log_path = log_dir / f"node{index}-{command.host}.log"
+        with log_path.open("wb") as log:
+            env = {RUN_TAG_VAR: tag, **command.env}
+            line = shell_command(command.argv, env, workdir, remote_timeout_s, policy)
+            proc = subprocess.Popen(
+                host_argv(command.host, line, options),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        started.append((proc, NodeOutcome(command.host, None, log_path)))
+    return started
+
+
+def _wait(
+    procs: Sequence[tuple[subprocess.Popen, NodeOutcome]], deadline: float,
+    failure_grace_s: float, poll_s: float,
+) -> None:  # fmt: skip
+    """Until every node's launcher ended, the deadline passed (timed out), or one node failed
+    failure_grace_s ago (the rest are marked stopped)."""
+    failed_at: float | None = None
+    while True:
+        now = time.monotonic()
+        for proc, outcome in procs:
+            if outcome.returncode is None and proc.poll() is not None:
+                outcome.returncode = proc.returncode
+                if proc.returncode != 0 and failed_at is None:
+                    failed_at = now
+        running = [o for _, o in procs if o.returncode is None]
+        if not running:
+            return
+        if now >= deadline:
+            for outcome in running:
+                outcome.timed_out = True
+            return
+        if failed_at is not None and now >= failed_at + failure_grace_s:
+            for outcome in running:
+                outcome.stopped = True
+            return
+        time.sleep(poll_s)
+
+
+def run_on_nodes(
+    commands: Sequence[NodeCommand],
+    options: SshOptions,
+    *,
+    tag: str,
+    timeout_s: float,
+    log_dir: Path,
+    hosts: Sequence[str] = (),
+    workdir: str | None = None,
+    failure_grace_s: float = 20,
+    policy: StopPolicy = STOP,
+    poll_s: float = 0.2,
+) -> MultiNodeResult:
+    """Start every node's command at once (in workdir, tagged with `tag`) and wait for all.
+
+    When one node fails (its launcher exits non-zero, or its ssh connection drops because the
+    node died), the others get failure_grace_s to notice and exit by themselves; then they, and
+    everything of the run on every node of `hosts` (the launch's placement: horovodrun reaches
+    nodes no command names), are stopped with `policy`. The whole run never exceeds timeout_s
+    plus the failure grace and the policy's. Node i's output goes to log_dir/node<i>-<host>.log.
+    """
+    log_dir.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    # The node-side timeout is a backstop should this process die; ours fires first.
+    remote_timeout = timeout_s + failure_grace_s + policy.grace_s + 30
+    procs: list[tuple[subprocess.Popen, NodeOutcome]] = []
+    cleanup: dict[str, str] = {}
+    try:
+        procs = _start(commands, options, tag, log_dir, workdir, remote_timeout, policy)
+        _wait(procs, started + timeout_s, failure_grace_s, poll_s)
+    finally:
+        leftovers = [(p, o) for p, o in procs if p.poll() is None]
+        if leftovers or any(o.returncode not in (0, None) for _, o in procs):
+            # Clean every node of the placement, not only those still attached: a node whose
+            # ssh dropped may still run ranks.
+            every = list(dict.fromkeys([c.host for c in commands] + list(hosts)))
+            for host, result in kill_run(every, tag, options, policy).items():
+                if result.returncode != 0:
+                    cleanup[host] = f"cleanup failed: {last_line(result.stderr or result.stdout)}"
+                elif result.stdout.strip():
+                    cleanup[host] = result.stdout.strip()
+        for proc, outcome in leftovers:
+            stop_tree(proc, policy)
+            if outcome.returncode is None:
+                outcome.returncode = proc.returncode
+    return MultiNodeResult(tag, [o for _, o in procs], time.monotonic() - started, cleanup)

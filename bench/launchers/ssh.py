@@ -1,0 +1,271 @@
+"""The ssh backend (--hosts): torchrun on every node, each started over ssh and meeting at a
+c10d rendezvous on the first node, or horovodrun on the first node, which starts the other
+nodes' ranks over ssh itself.
+
+Before the sweep every host must answer over ssh and run the bench's Python, and the software
+that must match does (the survey, bench.machine, run on each node). Each launch's commands come
+from the shared argv builders with what only the survey can tell (each node's address and
+interface toward the rendezvous host); bench.launchers.nodes runs them with a deadline and stops
+what is left on every node; each node's per-rank logs are copied back.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from bench.config import Environment, HorovodStatus
+from bench.hosts import ClusterConfig, host_names
+from bench.launchers import (
+    ExecResult,
+    Launch,
+    RemoteError,
+    launch_of,
+    new_tag,
+    rank_environment,
+    socket_ifname_var,
+)
+from bench.launchers.argv import (
+    NodeCommand,
+    Tools,
+    horovodrun_argv,
+    rendezvous_endpoint,
+    torchrun_argv,
+)
+from bench.launchers.node import MODULE as NODE_MODULE
+from bench.launchers.nodes import MultiNodeResult, run_on_nodes
+from bench.launchers.stop import STOP, StopPolicy
+from bench.launchers.transport import (
+    FetchError,
+    HostUnreachableError,
+    SshOptions,
+    check_reachable,
+    fetch_dir,
+    last_line,
+    on_all,
+    remote_run_dir,
+    remove_remote_dir,
+    run_on_host,
+    shell_command,
+    ssh_options_for,
+)
+from bench.launchers.versions import check_versions, components_for
+from bench.machine import NodeInfo, environment_of, survey_records
+from bench.spec import Placement, ProbeSpec, RunSpec, format_hosts
+
+# Variables of the sweep's own environment that reach every rank on every node, as they would
+# reach local ranks: the collective libraries' settings and the bench's test switches.
+FORWARDED_PREFIXES = ("NCCL_", "GLOO_", "HOROVOD_", "TORCH_NCCL_", "TORCH_DISTRIBUTED_", "UCX_",
+                      "BENCH_")  # fmt: skip
+
+
+def survey_command(python: str, target: str, workdir: str | None, versions: bool = True) -> str:
+    """`python -m bench.launchers.node survey TARGET` from the bench checkout on a node."""
+    argv = [python, "-m", NODE_MODULE, "survey", target]
+    if not versions:
+        argv.append("--route-only")
+    env = {"PYTHONPATH": workdir} if workdir else None
+    return shell_command(argv, env, workdir)
+
+
+def parse_survey_output(host: str, stdout: str) -> NodeInfo:
+    records = survey_records(stdout.splitlines())
+    if not records:
+        raise RemoteError(f"{host}: the node survey printed no result:\n{stdout[-2000:]}")
+    return NodeInfo.from_survey(host, records[0])
+
+
+def collect_node_info(
+    hosts: Sequence[str],
+    options: SshOptions,
+    python: str,
+    *,
+    workdir: str | None,
+    rendezvous_host: str | None = None,
+    timeout_s: float = 120,
+) -> dict[str, NodeInfo]:
+    """Survey every node at once; a node that cannot run the survey is a RemoteError."""
+    command = survey_command(python, rendezvous_host or hosts[0], workdir)
+    results = on_all(hosts, lambda h: run_on_host(h, command, options, timeout_s))
+    failed = {h: r for h, r in results.items() if r.returncode != 0}
+    if failed:
+        lines = [
+            f"  {h}: rc={r.returncode}: {last_line(r.stderr or r.stdout)}"
+            for h, r in failed.items()
+        ]
+        raise RemoteError(
+            f"cannot run the bench on {len(failed)} node(s) ({python} -m {NODE_MODULE} in "
+            f"{workdir or 'the login directory'}):\n" + "\n".join(lines)
+            + "\nEvery node needs the same Python environment and bench checkout at the same "
+            "paths (playbooks/bench.yml puts them there; see --remote-python/--remote-workdir)."
+        )  # fmt: skip
+    infos = {h: parse_survey_output(h, r.stdout) for h, r in results.items()}
+    unrouted = {h: i.route_error for h, i in infos.items() if i.route_error}
+    if unrouted:
+        raise HostUnreachableError(
+            "nodes without a route to the rendezvous host:\n"
+            + "\n".join(f"  {h}: {e}" for h, e in unrouted.items())
+        )
+    return infos
+
+
+class SshLauncher:
+    """Runs a sweep's launches across --hosts over ssh (see the module docstring)."""
+
+    def __init__(
+        self, cluster: ClusterConfig, environ: Mapping[str, str] = os.environ,
+        policy: StopPolicy = STOP,
+    ) -> None:  # fmt: skip
+        self.cluster = cluster
+        self.ssh = ssh_options_for(cluster)
+        self.tools = Tools.beside(cluster.remote_python)
+        self.policy = policy
+        self.infos: dict[str, NodeInfo] = {}
+        self.gpu = False
+        self.forwarded = {k: v for k, v in environ.items() if k.startswith(FORWARDED_PREFIXES)}
+
+    # ---- before the sweep
+
+    def survey(self, timeout_s: float = 180) -> dict[str, NodeInfo]:
+        """Reachability, then every node's versions and route to the first host."""
+        names = host_names(self.cluster.placement)
+        check_reachable(names, self.ssh)
+        self.infos = collect_node_info(
+            names, self.ssh, self.cluster.remote_python,
+            workdir=self.cluster.remote_workdir, timeout_s=timeout_s,
+        )  # fmt: skip
+        return self.infos
+
+    def environment(self, local: Environment) -> Environment:
+        """What the nodes offer, in the shape validation expects (the smallest node counts)."""
+        infos = list(self.infos.values())
+        missing = [i.host for i in infos if not i.horovod]
+        horovod = (
+            HorovodStatus(False, reason=f"Horovod is not installed on {', '.join(missing)}")
+            if missing
+            else HorovodStatus(True, infos[0].horovod or "", nccl_built=None)
+        )
+        env = environment_of(infos, horovod)
+        return env if env.cores else Environment(**{**vars(env), "cores": local.cores})
+
+    def check(self, launchers: Sequence[str], device: str) -> None:
+        """Refuse to launch when the nodes differ in what these launchers depend on."""
+        self.gpu = device == "cuda"
+        components = dict.fromkeys(c for x in launchers for c in components_for(x, self.gpu))
+        check_versions(self.infos, components)
+
+    # ---- what each launch's commands get from the survey
+
+    def _interface(self, host: str) -> str | None:
+        return self.cluster.network_interface or self.infos[host].interface
+
+    def _interfaces(self, placement: Placement) -> list[str]:
+        return [i for i in dict.fromkeys(self._interface(n.host) for n in placement) if i]
+
+    def node_env(self, placement: Placement) -> dict[str, dict[str, str]]:
+        """Per node: the interface NCCL/Gloo use, the checkout on the node, forwarded settings."""
+        env = {}
+        for node in placement:
+            values = {**self.forwarded, "PYTHONPATH": self.cluster.remote_workdir}
+            interface = self._interface(node.host)
+            if interface:
+                values.setdefault(socket_ifname_var(self.gpu), interface)
+            env[node.host] = values
+        return env
+
+    def interfaces_seen(self, placement: Placement) -> dict[str, str]:
+        """The interface variable as the ranks got it, for the interconnect column."""
+        names = self._interfaces(placement)
+        return {socket_ifname_var(self.gpu): ",".join(names)} if names else {}
+
+    def rank_log_dirs(self, launch: Launch, tag: str) -> dict[str, str]:
+        """Where each node's torchrun also writes its ranks' output (fetched after the run)."""
+        if launch.launcher == "horovod":
+            return {}
+        return {node.host: remote_run_dir(tag, node.host) for node in launch.placement}
+
+    def commands(self, launch: Launch, tag: str) -> list[NodeCommand]:
+        """The launch's commands: one torchrun per node (the first hosts the c10d store; each
+        advertises the address the others reach it on), or horovodrun on the first node."""
+        placement, base = launch.placement, rank_environment(launch.threads_per_rank, launch.device)
+        env = self.node_env(placement)
+        first = placement[0].host
+        if launch.launcher == "horovod":
+            argv = horovodrun_argv(
+                self.tools.horovodrun, self.tools.python, np=launch.world_size,
+                hosts=format_hosts(placement), module=launch.module, args=launch.args,
+                network_interfaces=",".join(self._interfaces(placement)),
+                ssh_port=self.ssh.port, ssh_identity_file=self.ssh.identity_file,
+            )  # fmt: skip
+            return [NodeCommand(first, tuple(argv), {**base, **env[first]})]
+        log_dirs = self.rank_log_dirs(launch, tag)
+        commands = []
+        for index, node in enumerate(placement):
+            argv = torchrun_argv(
+                self.tools.python, nnodes=launch.nodes, nproc_per_node=node.slots,
+                endpoint=rendezvous_endpoint(first, self.cluster.rdzv_port),
+                rdzv_id=launch.launch_id, module=launch.module, args=launch.args,
+                is_host=index == 0, local_addr=self.infos[node.host].address or "",
+                log_dir=log_dirs[node.host],
+            )  # fmt: skip
+            commands.append(NodeCommand(node.host, tuple(argv), {**base, **env[node.host]}))
+        return commands
+
+    # ---- the launch
+
+    def fetch_rank_logs(self, log_dirs: Mapping[str, str], into: Path) -> list[str]:
+        """Copy each node's per-rank log directory to into/<host>/ and delete it on the node;
+        returns the problems (a dead node cannot hand its logs over)."""
+        problems = []
+        for host, log_dir in log_dirs.items():
+            try:
+                fetch_dir(host, log_dir, into / host, self.ssh, timeout_s=120)
+            except FetchError as err:
+                problems.append(f"rank logs not fetched: {err}")
+            remove_remote_dir(host, log_dir, self.ssh)
+        return problems
+
+    def run(self, spec: RunSpec | ProbeSpec, timeout_s: float, log_path: Path) -> ExecResult:
+        launch = launch_of(spec)
+        tag = new_tag()
+        commands = self.commands(launch, tag)
+        node_dir = log_path.with_suffix(".nodes")
+        result = run_on_nodes(
+            commands, self.ssh, tag=tag, timeout_s=timeout_s, log_dir=node_dir,
+            hosts=host_names(launch.placement), workdir=self.cluster.remote_workdir,
+            policy=self.policy,
+        )  # fmt: skip
+        problems = self.fetch_rank_logs(self.rank_log_dirs(launch, tag), node_dir)
+        output = _combined_output(commands, result, problems)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log_path.write_text(output)
+        return ExecResult(
+            _returncode(result), result.timed_out, result.wall_s, output, log_path,
+            environ=self.interfaces_seen(launch.placement),
+        )  # fmt: skip
+
+
+def _combined_output(
+    commands: Sequence[NodeCommand], result: MultiNodeResult, problems: Sequence[str]
+) -> str:
+    """Every node's output under its command line, then what went wrong and what was cleaned."""
+    parts = []
+    for command, outcome in zip(commands, result.outcomes, strict=True):
+        parts.append(f"$ [{command.host}] {shlex.join(command.argv)}\n{outcome.output()}")
+    summary = result.failure_summary()
+    if summary:
+        parts.append("".join(f"bench: {line}\n" for line in summary.splitlines()))
+    parts += [f"bench: cleanup on {h}: {what}\n" for h, what in result.cleanup.items()]
+    parts += [f"bench: {problem}\n" for problem in problems]
+    return "".join(parts)
+
+
+def _returncode(result: MultiNodeResult) -> int | None:
+    if result.timed_out:
+        return None
+    if result.ok:
+        return 0
+    failed = [o.returncode for o in result.outcomes if o.returncode not in (0, None)]
+    return failed[0] if failed else 1

@@ -1,0 +1,74 @@
+"""Comparing the nodes' software before a multi-node launch: a run whose numbers mix torch,
+NCCL, Horovod or driver versions is refused, naming which node has which."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from bench.launchers import RemoteError
+from bench.machine import NodeInfo
+
+# The components that must agree across nodes before a launch, and their display names.
+COMPARED_COMPONENTS: dict[str, str] = {
+    "torch": "torch",
+    "nccl": "NCCL",
+    "horovod": "Horovod",
+    "driver_branch": "NVIDIA driver branch",
+}
+
+
+class VersionMismatchError(RemoteError):
+    pass
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    component: str
+    values: dict[str, list[str]]  # shown value -> hosts having it
+
+    def describe(self) -> str:
+        groups = "; ".join(f"{value} on {', '.join(hosts)}" for value, hosts in self.values.items())
+        return f"{COMPARED_COMPONENTS.get(self.component, self.component)}: {groups}"
+
+
+def components_for(launcher: str, gpu: bool) -> tuple[str, ...]:
+    """What must match for a run: torch always, Horovod for Horovod runs, NCCL and the driver
+    branch on GPU nodes."""
+    components = ["torch"]
+    if launcher == "horovod":
+        components.append("horovod")
+    if gpu:
+        components += ["nccl", "driver_branch"]
+    return tuple(components)
+
+
+def compare_versions(infos: Mapping[str, NodeInfo], components: Iterable[str]) -> list[Mismatch]:
+    """Components whose value differs between nodes (a missing one counts as a value), or that
+    no node has at all (the run needs every component it is compared on)."""
+    mismatches = []
+    for component in components:
+        values: dict[str, list[str]] = {}
+        for host, info in infos.items():
+            value = getattr(info, component)
+            shown = str(value) if value is not None else "not installed"
+            if component == "driver_branch" and value is None:
+                shown = "no NVIDIA driver"
+            values.setdefault(shown, []).append(host)
+        missing_everywhere = all(getattr(i, component) is None for i in infos.values())
+        if len(values) > 1 or (infos and missing_everywhere):
+            mismatches.append(Mismatch(component, values))
+    return mismatches
+
+
+def check_versions(infos: Mapping[str, NodeInfo], components: Iterable[str]) -> None:
+    """Raise VersionMismatchError naming each component and which nodes have which value;
+    components_for() says which components a run depends on."""
+    mismatches = compare_versions(infos, components)
+    if mismatches:
+        raise VersionMismatchError(
+            "software differs between nodes (or is missing on all of them); refusing to launch "
+            "a run whose numbers would mix versions:\n"
+            + "\n".join(f"  {m.describe()}" for m in mismatches)
+            + "\nRe-run the provisioning playbook (site.yml) on all nodes so they match."
+        )  # fmt: skip

@@ -1,0 +1,145 @@
+"""Which input loader a sweep uses (`--loader`), decided on the controller before launch.
+
+`torch` (DataLoader workers, CPU decode) runs everywhere. `nvjpeg` (torchvision's batched GPU
+decode plus GPU augmentation) needs a CUDA device and a torchvision whose compiled ops load and
+decode on it, checked by decoding a tiny JPEG on the GPU in a child process (so the controller
+holds no CUDA context during the sweep). `dali` needs a CUDA device and an installed
+`nvidia-dali-cudaXY0` wheel whose CUDA major matches torch's. A loader that cannot run is
+refused with its reason before anything launches.
+
+Without `--loader`, a GPU sweep on real data takes the first runnable of DEFAULT_ORDER (DALI's
+fused GPU pipeline, then nvJPEG, then CPU workers: the order NVIDIA's published ResNet-50
+harnesses rank them in; the loader-only rate in each row shows what this machine gives), a CPU
+sweep `torch`. Synthetic data has no loader: its rows say NO_LOADER.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import re
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from bench.spec import LOADERS, NO_LOADER, SYNTHETIC
+
+DEFAULT_ORDER = ("dali", "nvjpeg", "torch")
+_DALI_WHEEL = re.compile(r"^nvidia[-_]dali[-_](?:(?:nightly|weekly)[-_])?cuda(\d+)$")
+GPU_DECODE_PROBE_TIMEOUT_S = 180.0
+REPO_ROOT = Path(__file__).resolve().parent.parent  # where `bench` imports from
+
+
+def dali_cuda_majors() -> tuple[int, ...]:
+    """CUDA majors of the installed DALI wheels (nvidia-dali-cuda120 -> 12)."""
+    majors = set()
+    for dist in importlib.metadata.distributions():
+        match = _DALI_WHEEL.match((dist.name or "").lower())
+        if match:
+            majors.add(int(match[1]) // 10)
+    return tuple(sorted(majors))
+
+
+def torch_cuda_major() -> int | None:
+    import torch
+
+    return int(torch.version.cuda.split(".")[0]) if torch.version.cuda else None
+
+
+@functools.cache
+def gpu_decode_problem() -> str:
+    """Why torchvision cannot decode JPEGs on this machine's GPU, or "" (child process)."""
+    code = "from bench.rank.loaders.nvjpeg import gpu_decode_problem as p; print('@@' + p())"
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            cwd=REPO_ROOT,
+            timeout=GPU_DECODE_PROBE_TIMEOUT_S,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return f"a test decode on the GPU did not finish in {GPU_DECODE_PROBE_TIMEOUT_S:.0f} s"
+    if done.returncode != 0:
+        lines = (done.stderr or done.stdout).strip().splitlines()
+        return f"the GPU decode test failed: {lines[-1] if lines else done.returncode}"
+    answers = [line[2:] for line in done.stdout.splitlines() if line.startswith("@@")]
+    return answers[-1].strip() if answers else "the GPU decode test printed no answer"
+
+
+def dali_problem(device: str, torch_major: int | None, dali_majors: Sequence[int]) -> str:
+    if device != "cuda":
+        return "DALI's pipeline decodes on the GPU; this sweep runs on CPU"
+    if not dali_majors:
+        wheel = f"nvidia-dali-cuda{torch_major}0" if torch_major else "nvidia-dali-cuda130"
+        return f"NVIDIA DALI is not installed (pip install {wheel}, matching torch's CUDA)"
+    if torch_major not in dali_majors:
+        return (
+            f"the installed DALI is built for CUDA {'/'.join(map(str, dali_majors))} but torch "
+            f"for CUDA {torch_major}: install nvidia-dali-cuda{torch_major}0"
+        )
+    return ""
+
+
+def nvjpeg_problem(device: str, decode_problem: Callable[[], str]) -> str:
+    if device != "cuda":
+        return "nvJPEG decodes on the GPU; this sweep runs on CPU"
+    return decode_problem()
+
+
+def loader_problem(
+    loader: str,
+    device: str,
+    torch_major: Callable[[], int | None] | None = None,
+    dali_majors: Callable[[], Sequence[int]] | None = None,
+    decode_problem: Callable[[], str] | None = None,
+) -> str:
+    """Why `loader` cannot run a sweep on `device` here, or "" if it can. Tests state a
+    machine's facts through the detection functions (default: this machine's)."""
+    if loader == "torch":
+        return ""
+    if loader == "nvjpeg":
+        return nvjpeg_problem(device, decode_problem or gpu_decode_problem)
+    if loader == "dali":
+        majors = (dali_majors or dali_cuda_majors)()
+        return dali_problem(device, (torch_major or torch_cuda_major)(), majors)
+    return f"unknown loader {loader!r}: choose from {', '.join(LOADERS)}"
+
+
+def resolve_loaders(
+    requested: Sequence[str] | None,
+    data: str,
+    device: str,
+    problem: Callable[[str, str], str] = loader_problem,
+) -> tuple[str, ...]:
+    """The loaders a sweep runs: as requested, NO_LOADER for synthetic data, else the default
+    (the first runnable of DEFAULT_ORDER on a GPU, torch on CPU). Refusals are validate's."""
+    if data == SYNTHETIC:
+        return tuple(requested) if requested else (NO_LOADER,)
+    if requested:
+        return tuple(requested)
+    if device != "cuda":
+        return ("torch",)
+    return (next(name for name in DEFAULT_ORDER if not problem(name, device)),)
+
+
+def loader_errors(
+    loaders: Sequence[str],
+    data: str,
+    device: str,
+    problem: Callable[[str, str], str] = loader_problem,
+) -> list[str]:
+    """Every reason the sweep's loaders cannot run, as --loader messages."""
+    if data == SYNTHETIC:
+        if tuple(loaders) != (NO_LOADER,):
+            return ["--loader: synthetic data is made on the device, there is nothing to load "
+                    "(give --data DIR to compare loaders)"]  # fmt: skip
+        return []
+    errors = []
+    for loader in loaders:
+        reason = problem(loader, device)
+        if reason:
+            errors.append(f"--loader {loader}: {reason}")
+    return errors

@@ -1,0 +1,290 @@
+"""What a machine has: cores, GPUs and their capability, the software versions that must agree
+across nodes, the Horovod build, and the route toward the rendezvous host.
+
+One module answers it for every caller: local detection (`local_environment`, for this
+machine), the multi-node survey (`survey`, run on each node by python -m bench.launchers.node)
+and the version comparison (bench.launchers.versions, over `NodeInfo`s). What a machine offers
+to a sweep (`Environment`) is derived from NodeInfos in one place (`environment_of`), so bf16
+and TF32 support mean the same on one machine and on a cluster.
+
+Importable without torch: torch is imported inside the functions that query it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import json
+import os
+import platform
+import re
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from bench.config import Environment, HorovodStatus
+
+SURVEY_MARKER = "@@bench-node"
+REPO_ROOT = Path(__file__).resolve().parent.parent
+# Native bf16 and TF32 math arrive with compute capability 8.0 (Ampere). Older GPUs may emulate
+# bf16 (torch.cuda.is_bf16_supported() can say True there), which a benchmark must not count.
+AMPERE = (8, 0)
+
+
+def cpu_cores() -> int:
+    """Cores this process may run on (respects taskset/cgroup cpusets, unlike os.cpu_count)."""
+    return len(os.sched_getaffinity(0))
+
+
+def bf16_supported(capability: tuple[int, int] | None) -> bool:
+    return capability is not None and tuple(capability) >= AMPERE
+
+
+def tf32_supported(capability: tuple[int, int] | None) -> bool:
+    return capability is not None and tuple(capability) >= AMPERE
+
+
+def _dist_version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def nvidia_driver_version() -> str | None:
+    """The loaded kernel module's version (what CUDA will actually talk to), else nvidia-smi's."""
+    try:
+        text = Path("/proc/driver/nvidia/version").read_text()
+        match = re.search(r"Kernel Module(?: for \S+)?\s+(\d+(?:\.\d+)+)", text)
+        if match:
+            return match.group(1)
+    except OSError:
+        pass
+    try:
+        done = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    words = done.stdout.split()
+    return words[0] if done.returncode == 0 and words else None
+
+
+def route_to(target: str) -> tuple[str | None, str | None]:
+    """(source address, interface) this node uses to reach target.
+
+    A UDP connect picks the route without sending anything. The interface is the one holding
+    that address, so on the target itself it is the real NIC, not lo.
+    """
+    family, _, _, _, sockaddr = socket.getaddrinfo(target, 9, 0, socket.SOCK_DGRAM)[0]
+    with socket.socket(family, socket.SOCK_DGRAM) as s:
+        s.connect(sockaddr)
+        address = s.getsockname()[0]
+    if family != socket.AF_INET:
+        return address, None
+    for _, name in socket.if_nameindex():
+        request = struct.pack("256s", name[:15].encode())
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            try:
+                reply = fcntl.ioctl(s.fileno(), 0x8915, request)  # SIOCGIFADDR
+            except OSError:
+                continue
+        if socket.inet_ntoa(reply[20:24]) == address:
+            return address, name
+    return address, None
+
+
+def torch_facts(gpus: bool = True) -> dict[str, Any]:
+    """torch's version and CUDA build, the NCCL compiled into it, and (gpus=True) how many GPUs
+    it sees, GPU 0's name and compute capability. Querying a GPU initialises CUDA in this
+    process: the sweep's own process asks a child instead (local_environment)."""
+    info: dict[str, Any] = {"torch": _dist_version("torch"), "torch_cuda": None, "nccl": None,
+                            "gpus": 0, "gpu_name": "", "gpu_capability": None,
+                            "gpu_memory_gb": 0.0}  # fmt: skip
+    if not info["torch"]:
+        return info
+    try:
+        import torch
+
+        info["torch"] = torch.__version__
+        info["torch_cuda"] = torch.version.cuda
+        if torch.version.cuda:
+            # NCCL's version is compiled into torch's CUDA builds; no GPU needed.
+            info["nccl"] = ".".join(str(p) for p in torch.cuda.nccl.version())
+            if gpus and torch.cuda.is_available():
+                info["gpus"] = torch.cuda.device_count()
+                info["gpu_name"] = torch.cuda.get_device_name(0)
+                info["gpu_capability"] = list(torch.cuda.get_device_capability(0))
+                info["gpu_memory_gb"] = torch.cuda.get_device_properties(0).total_memory / 1e9
+    except Exception as err:
+        info["torch_error"] = f"{type(err).__name__}: {err}"
+    return info
+
+
+def survey(target: str = "", versions: bool = True) -> dict[str, Any]:
+    """This node's facts that must agree across nodes, and its route to the rendezvous host."""
+    info: dict[str, Any] = {
+        "hostname": socket.gethostname(),
+        "python": platform.python_version(),
+        "cores": cpu_cores(),
+    }
+    if versions:
+        info.update(torch_facts(), horovod=_dist_version("horovod"))
+        info["driver"] = nvidia_driver_version()
+        info["driver_branch"] = info["driver"].split(".")[0] if info["driver"] else None
+    if target:
+        try:
+            info["address"], info["interface"] = route_to(target)
+        except OSError as err:
+            info["route_error"] = f"cannot route to {target}: {err}"
+    return info
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """What the survey found on one node."""
+
+    host: str
+    hostname: str
+    python: str
+    torch: str | None = None
+    torch_cuda: str | None = None
+    nccl: str | None = None
+    horovod: str | None = None
+    driver: str | None = None
+    driver_branch: str | None = None
+    gpus: int = 0
+    gpu_name: str = ""
+    gpu_capability: tuple[int, int] | None = None
+    gpu_memory_gb: float = 0.0  # total memory of GPU 0 (bench.gpu_defaults picks the batch)
+    cores: int = 0
+    address: str | None = None
+    interface: str | None = None
+    route_error: str | None = None
+
+    @classmethod
+    def from_survey(cls, host: str, data: Mapping[str, Any]) -> NodeInfo:
+        known = {f.name for f in dataclasses.fields(cls)} - {"host"}
+        fields = {k: v for k, v in data.items() if k in known}
+        fields["hostname"] = str(fields.get("hostname") or host)
+        fields["python"] = str(fields.get("python") or "")
+        fields["gpus"] = int(fields.get("gpus") or 0)
+        fields["cores"] = int(fields.get("cores") or 0)
+        fields["gpu_name"] = str(fields.get("gpu_name") or "")
+        capability = fields.get("gpu_capability")
+        fields["gpu_capability"] = tuple(capability) if capability else None
+        return cls(host=host, **fields)
+
+
+def survey_line(info: Mapping[str, Any]) -> str:
+    return f"{SURVEY_MARKER} {json.dumps(info)}"
+
+
+def survey_records(lines: Iterable[str]) -> list[dict[str, Any]]:
+    """The survey lines among other output (each possibly prefixed, e.g. by srun's task label)."""
+    records = []
+    for line in lines:
+        _, marker, payload = line.partition(SURVEY_MARKER + " ")
+        if marker:
+            records.append(dict(json.loads(payload)))
+    return records
+
+
+def read_surveys(lines: Iterable[str]) -> dict[str, NodeInfo]:
+    """Survey lines keyed by the hostname each node reported."""
+    infos = {}
+    for data in survey_records(lines):
+        host = str(data.get("hostname"))
+        infos[host] = NodeInfo.from_survey(host, data)
+    return infos
+
+
+def _run_json(argv: Sequence[str], timeout_s: float) -> dict[str, Any] | str:
+    """A child's last stdout line parsed as JSON, or the reason it failed."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)}  # fmt: skip
+    try:
+        done = subprocess.run(
+            list(argv), capture_output=True, text=True, timeout=timeout_s, env=env
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return str(exc)
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return f"exit status {done.returncode}: {tail}"
+    try:
+        return dict(json.loads(lines[-1]))
+    except ValueError:
+        return f"unexpected output: {lines[-1][:200]}"
+
+
+_HOROVOD_PROBE = """
+import json, horovod, horovod.torch as hvd
+print(json.dumps({"version": horovod.__version__, "nccl": bool(hvd.nccl_built()),
+                  "gloo": bool(hvd.gloo_built())}))
+"""
+
+
+def horovod_status(python: str = sys.executable) -> HorovodStatus:
+    """Whether horovodrun and horovod.torch work here, and whether Horovod has NCCL.
+
+    Checked in a child process: a Horovod built against another torch can abort on import.
+    """
+    horovodrun = Path(python).with_name("horovodrun")
+    if not horovodrun.exists() and shutil.which("horovodrun") is None:
+        return HorovodStatus(False, reason=f"horovodrun not found (next to {python} or on PATH)")
+    found = _run_json([python, "-c", _HOROVOD_PROBE], timeout_s=180)
+    if isinstance(found, str):
+        return HorovodStatus(False, reason=f"import horovod.torch failed: {found}")
+    if not found["gloo"]:
+        return HorovodStatus(False, found["version"], found["nccl"], "Horovod built without Gloo")
+    return HorovodStatus(True, found["version"], found["nccl"])
+
+
+def environment_of(infos: Sequence[NodeInfo], horovod: HorovodStatus) -> Environment:
+    """What the machines offer a sweep: the smallest node counts (GPUs, capability, cores)."""
+    gpus = min(i.gpus for i in infos)
+    capability = min((i.gpu_capability or (0, 0)) for i in infos) if gpus else None
+    return Environment(
+        device="cuda" if gpus > 0 else "cpu",
+        gpu_count=gpus,
+        gpu_name=infos[0].gpu_name if gpus else "",
+        bf16_supported=bf16_supported(capability),
+        tf32_supported=tf32_supported(capability),
+        cores=min(i.cores for i in infos),
+        horovod=horovod,
+        gpu_capability=capability,
+        gpu_memory_gb=min(float(i.gpu_memory_gb or 0.0) for i in infos) if gpus else 0.0,
+    )
+
+
+_GPU_PROBE = "import json; from bench.machine import torch_facts; print(json.dumps(torch_facts()))"
+
+
+def local_environment(python: str = sys.executable, check_horovod: bool = True) -> Environment:
+    """This machine, without creating a CUDA context in the sweep's process (that would hold
+    memory on GPU 0 for the whole sweep): the GPUs are queried by a child."""
+    import torch
+
+    info = survey(versions=False)
+    if torch.cuda.is_available():
+        found = _run_json([python, "-c", _GPU_PROBE], timeout_s=180)
+        if isinstance(found, str) or not found.get("gpus"):
+            reason = found if isinstance(found, str) else found.get("torch_error", "no GPU seen")
+            raise RuntimeError(f"CUDA is available but querying GPU 0 failed: {reason}")
+        info.update(found)
+    horovod = (
+        horovod_status(python)
+        if check_horovod
+        else HorovodStatus(False, reason="not checked: not in this sweep")
+    )
+    return environment_of([NodeInfo.from_survey("localhost", info)], horovod)

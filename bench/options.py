@@ -1,0 +1,134 @@
+"""The command line of `python -m bench.scaling`, generated from the knob declarations.
+
+Each option comes from a `Knob` on a field of bench.config.BenchConfig, bench.spec.Variant or
+bench.spec.Workload (plus --resume, --no-progress and the multi-node options of bench.hosts);
+its help states the default once, in words. `parse_request` turns argv into a Request; a
+malformed value is refused by argparse with the problem on the first line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from bench.config import REPO_ROOT, BenchConfig, ConfigError, Request, all_knobs
+from bench.hosts import HostSpecError, add_cluster_arguments, cluster_from_args
+from bench.spec import Knob, Variant, Workload, knobs
+
+EXIT_CODES = """exit status:
+  0    every run measured
+  1    some runs failed, timed out or could not run (their rows are recorded)
+  2    invalid request: nothing was launched
+  130  interrupted (Ctrl-C or SIGTERM); continue with --resume DIR"""
+
+
+class Parser(argparse.ArgumentParser):
+    """Leads an error with the problem, not with the usage (which --help shows)."""
+
+    def error(self, message: str) -> Any:
+        self.exit(2, f"{self.prog}: error: {message}\n(all options: {self.prog} --help)\n")
+
+
+_WHAT = {int: "an integer", float: "a number"}
+
+
+def _one_value(k: Knob) -> Callable[[str], Any]:
+    """The argparse type reading one value of a knob."""
+
+    def parse(text: str) -> Any:
+        if k.values is not None:
+            if text not in k.values:
+                raise argparse.ArgumentTypeError(f"{text!r}: choose from {', '.join(k.values)}")
+            return k.values[text]
+        convert = k.parse or str
+        try:
+            return convert(text)
+        except ValueError:
+            what = _WHAT.get(convert, "a valid value")  # type: ignore[call-overload]
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+
+    return parse
+
+
+def _value_type(k: Knob) -> Callable[[str], Any]:
+    one = _one_value(k)
+    if not k.many:
+        return one
+
+    def parse_list(text: str) -> tuple[Any, ...]:
+        items = [v.strip() for v in text.split(",") if v.strip()]
+        if not items:
+            raise argparse.ArgumentTypeError("expected at least one value")
+        return tuple(dict.fromkeys(one(v) for v in items))
+
+    return parse_list
+
+
+def add_knob(group: Any, name: str, k: Knob) -> None:
+    """One option from its declaration: the help states the default once, in words."""
+    help_text = f"{k.help} (default: {k.default_words()})"
+    if k.switch:
+        group.add_argument(k.flag, dest=name, action="store_const", const=not k.default,
+                           default=None, help=help_text)  # fmt: skip
+        return
+    if k.values is not None:
+        metavar = "{" + ",".join(k.values) + "}"
+    else:  # named after the option, not the field: --steps N, --gpus N[,N...]
+        metavar = k.flag.removeprefix("--").upper().replace("-", "_")
+        metavar += f"[,{metavar}...]" if k.many else ""
+    group.add_argument(k.flag, dest=name, type=_value_type(k), default=None, metavar=metavar,
+                       help=help_text)  # fmt: skip
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = Parser(
+        prog="python -m bench.scaling",
+        description="Measure ResNet-50 (or any torchvision classifier) training throughput on "
+        "1, 2, 4, ... GPUs with DDP (torchrun) and Horovod (horovodrun), and report scaling "
+        "efficiency with confidence intervals, an allreduce ceiling and published references.",
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--resume",
+        type=Path,
+        metavar="DIR",
+        help="continue the sweep in this results directory (default: a new sweep)",
+    )
+    p.add_argument("--no-progress", dest="progress", action="store_false",
+                   help="no progress bar (default: a progress bar)")  # fmt: skip
+    sweep = p.add_argument_group("sweep", "How the sweep runs.")
+    for name, k in knobs(BenchConfig):
+        add_knob(sweep, name, k)
+    workload = p.add_argument_group("workload", "What every run trains; each comma list is "
+                                    "swept, every combination a separate run.")  # fmt: skip
+    for cls in (Variant, Workload):
+        for name, k in knobs(cls):
+            add_knob(workload, name, k)
+    add_cluster_arguments(p)
+    return p
+
+
+def parse_request(argv: Sequence[str] | None) -> Request:
+    """argv -> Request; argparse exits 2 on a malformed value, ConfigError for the rest."""
+    args = build_parser().parse_args(argv)
+    values = {name: getattr(args, name) for name, _ in all_knobs()}
+    try:
+        # The nodes run the same interpreter and checkout paths unless told otherwise.
+        cluster = cluster_from_args(args, python=sys.executable, workdir=str(REPO_ROOT))
+    except HostSpecError as exc:
+        raise ConfigError(f"  - {exc}") from None
+    if cluster is not None and values["gpu_counts"]:
+        raise ConfigError(
+            "  - --gpus counts ranks on this machine; with --hosts/--hostfile/--slurm "
+            "give --nodes and --gpus-per-node"
+        )
+    return Request(values, resume=args.resume, progress=args.progress, cluster=cluster)
+
+
+def explicit_options(argv: Sequence[str]) -> list[str]:
+    """Long options present on the command line (to refuse them beside --resume)."""
+    return [a.split("=")[0] for a in argv if a.startswith("--")]

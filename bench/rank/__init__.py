@@ -1,0 +1,5 @@
+"""The per-rank side: what torchrun/horovodrun start on every rank.
+
+These modules import only each other and `bench.spec` (never the controller: config, plan,
+launchers, report), so a rank process loads no more than it runs.
+"""

@@ -1,0 +1,228 @@
+"""The few lines where DDP and Horovod differ: start-up, wrapping, the optimizer step, gathering.
+
+Everything else in the per-rank loop (bench.rank.worker) is shared, so a difference between the
+two launchers' numbers comes from these lines and the libraries under them.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+import torch.distributed as dist
+
+from bench.rank import layout
+from bench.spec import Workload
+
+
+@dataclass(frozen=True)
+class DistInfo:
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+    backend: str  # "nccl" or "gloo"
+
+
+class Engine(Protocol):
+    def init(self, device_type: str) -> DistInfo: ...
+
+    def wrap(
+        self,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        load: Workload,
+        grad_accum: int = 1,
+    ) -> tuple[torch.nn.Module, torch.optim.Optimizer]: ...
+
+    def no_sync(self, model: torch.nn.Module) -> AbstractContextManager[Any]:
+        """Around the backward passes of a step but its last: accumulate, do not allreduce."""
+
+    def compile(self, model: torch.nn.Module) -> torch.nn.Module:
+        """torch.compile the wrapped model in the arrangement that is fastest for this engine."""
+
+    def step(self, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler | None) -> None:
+        """Apply the (reduced) gradients; with a GradScaler for fp16 AMP."""
+
+    def barrier(self) -> None: ...
+
+    def gather(self, obj: Any) -> list[Any]:
+        """Every rank's `obj`, in rank order (on every rank)."""
+
+    def shutdown(self) -> None: ...
+
+
+def _device(device_type: str, local_rank: int) -> torch.device:
+    if device_type == "cuda":
+        torch.cuda.set_device(local_rank)
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
+class DdpEngine:
+    """torch.distributed + DistributedDataParallel, started by torchrun."""
+
+    def init(self, device_type: str) -> DistInfo:
+        local_rank = int(os.environ["LOCAL_RANK"])
+        device = _device(device_type, local_rank)
+        backend = "nccl" if device_type == "cuda" else "gloo"
+        dist.init_process_group(backend, device_id=device if device_type == "cuda" else None)
+        self._info = DistInfo(dist.get_rank(), dist.get_world_size(), local_rank, device, backend)
+        return self._info
+
+    def wrap(
+        self,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        load: Workload,
+        grad_accum: int = 1,
+    ) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        from torch.nn.parallel import DistributedDataParallel
+
+        # torch 2.13 renamed broadcast_buffers (per-forward buffer sync) to forward_sync_buffers
+        # and warns on the old name; older releases only know the old one.
+        parameters = inspect.signature(DistributedDataParallel.__init__).parameters
+        buffers = (
+            "forward_sync_buffers" if "forward_sync_buffers" in parameters else "broadcast_buffers"
+        )
+        ddp = DistributedDataParallel(
+            model,
+            device_ids=[self._info.local_rank] if self._info.device.type == "cuda" else None,
+            bucket_cap_mb=load.bucket_cap_mb,
+            static_graph=load.static_graph,
+            gradient_as_bucket_view=load.gradient_as_bucket_view,
+            **{buffers: load.broadcast_buffers},
+        )
+        if load.fp16_allreduce:
+            ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
+        return ddp, optimizer
+
+    def no_sync(self, model: torch.nn.Module) -> AbstractContextManager[Any]:
+        # DDP allreduces in every backward unless told not to; torch.compile's wrapper keeps
+        # the DDP module as _orig_mod.
+        return getattr(model, "_orig_mod", model).no_sync()
+
+    def compile(self, model: torch.nn.Module) -> torch.nn.Module:
+        # By default Dynamo's DDPOptimizer cuts the compiled graph at every DDP bucket boundary
+        # so each bucket's allreduce can start while backward goes on. The cuts cost more than
+        # the overlap gains on one node: they stop Inductor fusing across them and add graph
+        # launches (measured on one H100, ResNet-50 amp-bf16 channels_last batch 128: 4,877
+        # img/s compiled without DDP, 3,502 compiled under DDP with the cuts; pytorch#108966,
+        # modded-nanogpt#97). One graph keeps the whole speed-up; DDP's reducer then allreduces
+        # each bucket as the compiled backward hands over the gradients, as Horovod's hooks do,
+        # so both launchers run the same arrangement. Set before the first compiled call.
+        import torch._dynamo
+
+        torch._dynamo.config.optimize_ddp = False
+        return torch.compile(model)
+
+    def step(self, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler | None) -> None:
+        # DDP reduced the gradients during backward; the step is a plain local step.
+        if scaler is None:
+            optimizer.step()
+        else:
+            scaler.step(optimizer)
+
+    def barrier(self) -> None:
+        dist.barrier()
+
+    def gather(self, obj: Any) -> list[Any]:
+        out: list[Any] = [None] * self._info.world_size
+        dist.all_gather_object(out, obj)
+        return out
+
+    def shutdown(self) -> None:
+        dist.destroy_process_group()
+
+
+class HorovodEngine:
+    """horovod.torch's DistributedOptimizer, started by horovodrun."""
+
+    def init(self, device_type: str) -> DistInfo:
+        import horovod.torch as hvd
+
+        self._hvd = hvd
+        hvd.init()
+        device = _device(device_type, hvd.local_rank())
+        backend = "nccl" if device_type == "cuda" and hvd.nccl_built() else "gloo"
+        self._info = DistInfo(hvd.rank(), hvd.size(), hvd.local_rank(), device, backend)
+        return self._info
+
+    def wrap(
+        self,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        load: Workload,
+        grad_accum: int = 1,
+    ) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+        hvd = self._hvd
+        # Horovod's collectives take only row-major tensors; channels_last weights and their
+        # gradients are not. bench.rank.layout hands it row-major views of the same memory.
+        layout.broadcast_in_place(hvd, model.state_dict(), root_rank=0)
+        compression = hvd.Compression.fp16 if load.fp16_allreduce else hvd.Compression.none
+        optimizer = hvd.DistributedOptimizer(
+            optimizer,
+            named_parameters=model.named_parameters(),
+            compression=layout.RowMajorCompression(compression),
+            backward_passes_per_step=grad_accum,  # allreduce after the step's last backward
+        )
+        # Every rank built the same fresh optimizer: its state is empty everywhere, so there is
+        # nothing to broadcast. hvd.broadcast_optimizer_state would first create the state with a
+        # zero-gradient step, in row-major layout even for channels_last parameters (slower
+        # element-wise updates); state that does exist goes through the layout-safe broadcast.
+        layout.broadcast_in_place(hvd, optimizer_state_tensors(optimizer), root_rank=0)
+        return model, optimizer
+
+    def no_sync(self, model: torch.nn.Module) -> AbstractContextManager[Any]:
+        return nullcontext()  # backward_passes_per_step already holds the allreduce back
+
+    def compile(self, model: torch.nn.Module) -> torch.nn.Module:
+        # Horovod wraps the optimizer, not the model: its gradient hooks sit on the parameters'
+        # AccumulateGrad nodes, which still run (after the compiled backward) under compile.
+        return torch.compile(model)
+
+    def step(self, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler | None) -> None:
+        if scaler is None:
+            optimizer.step()  # waits for the allreduces started during backward
+            return
+        # GradScaler must unscale reduced gradients: finish the allreduces first, then let
+        # scaler.step call optimizer.step without synchronizing a second time.
+        optimizer.synchronize()  # type: ignore[attr-defined]
+        skip: Any = getattr(optimizer, "skip_synchronize", nullcontext)
+        with skip():
+            scaler.step(optimizer)
+
+    def barrier(self) -> None:
+        self._hvd.barrier()
+
+    def gather(self, obj: Any) -> list[Any]:
+        return list(self._hvd.allgather_object(obj))
+
+    def shutdown(self) -> None:
+        self._hvd.shutdown()
+
+
+def optimizer_state_tensors(optimizer: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
+    """The optimizer's state tensors (momentum buffers, ...) under names every rank agrees on."""
+    named = {}
+    for g, group in enumerate(optimizer.param_groups):
+        for i, param in enumerate(group["params"]):
+            for key, value in optimizer.state.get(param, {}).items():
+                if isinstance(value, torch.Tensor):
+                    named[f"{g}.{i}.{key}"] = value
+    return named
+
+
+ENGINES: dict[str, type[DdpEngine] | type[HorovodEngine]] = {
+    "ddp": DdpEngine,
+    "horovod": HorovodEngine,
+}
+
+
+def create(launcher: str) -> Engine:
+    return ENGINES[launcher]()

@@ -1,0 +1,210 @@
+"""The nvJPEG path: workers read file bytes, the GPU decodes and augments whole batches.
+
+DataLoader workers only read files (cheap, IO-parallel); the training process hands each batch
+of encoded JPEGs to torchvision's batched `decode_jpeg(..., device="cuda")` (nvJPEG) and runs
+`augment.augment_batch` on the decoded images on the GPU. The next batch is decoded on a side
+CUDA stream while the current one trains, so decoding overlaps the step instead of adding to it.
+
+Files nvJPEG cannot decode (ImageNet has a PNG and some CMYK JPEGs named .JPEG) are decoded
+one by one, falling back to PIL on the host for any the GPU refuses. On a CPU device the same
+code runs with torchvision's CPU decoder where its compiled ops load, else PIL: that is how the
+tests exercise it; the loader choice refuses `nvjpeg` on CPU sweeps (bench.loaders).
+"""
+
+from __future__ import annotations
+
+import io
+import random
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bench.rank.loaders.augment import augment_batch
+from bench.rank.loaders.folder import list_images
+from bench.rank.loaders.torch_loader import (
+    dataloader_settings,
+    distributed_sampler,
+    epochs,
+    no_full_batch,
+)
+from bench.rank.models import import_submodule
+
+Batch = tuple[torch.Tensor, torch.Tensor]
+EncodedBatch = tuple[list[torch.Tensor], torch.Tensor]
+
+
+class EncodedImages(torch.utils.data.Dataset[tuple[torch.Tensor, int]]):
+    """(file bytes as a uint8 tensor, label) of each (path, label)."""
+
+    def __init__(self, samples: list[tuple[str, int]]) -> None:
+        self.samples = samples
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        path, label = self.samples[index]
+        return torch.frombuffer(bytearray(Path(path).read_bytes()), dtype=torch.uint8), label
+
+
+def collate_encoded(
+    items: list[tuple[torch.Tensor, int]],
+) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """Encoded files differ in length: keep them a list (decode_jpeg takes a list)."""
+    return [data for data, _ in items], torch.tensor([label for _, label in items])
+
+
+def pil_decode(data: torch.Tensor) -> torch.Tensor:
+    """Any image file PIL reads -> CHW uint8 RGB tensor (grey and CMYK converted)."""
+    from PIL import Image
+
+    with Image.open(io.BytesIO(data.numpy().tobytes())) as image:
+        rgb = torch.frombuffer(bytearray(image.convert("RGB").tobytes()), dtype=torch.uint8)
+        return rgb.view(image.height, image.width, 3).permute(2, 0, 1).contiguous()
+
+
+class JpegDecoder:
+    """Batched nvJPEG decode on a CUDA device; on CPU torchvision's decoder, else PIL."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self._warned = False
+        tvio = import_submodule("io")
+        self._decode_jpeg = tvio.decode_jpeg
+        self._rgb = tvio.ImageReadMode.RGB
+        self._torchvision_cpu = device.type == "cpu" and self._cpu_decoder_loads()
+
+    def _cpu_decoder_loads(self) -> bool:
+        """torchvision's CPU decode_jpeg needs its compiled image extension; with a CUDA build
+        of torchvision beside a CPU torch it does not load (RuntimeError)."""
+        from PIL import Image
+
+        buffer = io.BytesIO()
+        Image.new("RGB", (8, 8)).save(buffer, "JPEG")
+        probe = torch.frombuffer(bytearray(buffer.getvalue()), dtype=torch.uint8)
+        try:
+            self._decode_jpeg(probe, mode=self._rgb)
+        except RuntimeError:
+            return False
+        return True
+
+    @property
+    def backend(self) -> str:
+        if self.device.type == "cuda":
+            return "nvjpeg"
+        return "torchvision-cpu" if self._torchvision_cpu else "pil"
+
+    def _one(self, data: torch.Tensor) -> torch.Tensor:
+        try:
+            if self.device.type == "cuda" or self._torchvision_cpu:
+                image: torch.Tensor = self._decode_jpeg(data, mode=self._rgb, device=self.device)
+                return image
+        except RuntimeError:
+            pass
+        return pil_decode(data).to(self.device)
+
+    def __call__(self, encoded: list[torch.Tensor]) -> list[torch.Tensor]:
+        if self.device.type == "cuda":
+            try:
+                images: list[torch.Tensor] = self._decode_jpeg(
+                    encoded, mode=self._rgb, device=self.device
+                )
+                return images
+            except RuntimeError as exc:  # one file nvJPEG refuses fails the whole batch
+                if not self._warned:
+                    print(f"nvjpeg: a batch failed ({exc}); decoding such batches one by one, "
+                          "with PIL for the files the GPU refuses", file=sys.stderr)  # fmt: skip
+                    self._warned = True
+        return [self._one(data) for data in encoded]
+
+
+def side_stream_pipeline(
+    items: Iterator[Any], produce: Callable[[Any], Batch], device: torch.device
+) -> Iterator[Batch]:
+    """produce(item) for each item; on a GPU one batch ahead on a side stream, so producing
+    batch i+1 overlaps the training step that consumes batch i."""
+    if device.type != "cuda":
+        for item in items:
+            yield produce(item)
+        return
+    stream = torch.cuda.Stream(device)
+
+    def launch(item: Any) -> Batch:
+        with torch.cuda.stream(stream):
+            return produce(item)
+
+    pending = launch(next(items))
+    for item in items:
+        current = torch.cuda.current_stream(device)
+        current.wait_stream(stream)
+        for tensor in pending:
+            tensor.record_stream(current)  # allocated on the side stream, used on this one
+        ready = pending
+        pending = launch(item)
+        yield ready
+
+
+def nvjpeg_batches(
+    root: str,
+    batch: int,
+    image_size: int,
+    workers: int,
+    rank: int,
+    world_size: int,
+    device: torch.device,
+    memory_format: torch.memory_format,
+    seed: int,
+) -> Iterator[Batch]:
+    """Each rank reads its shard's file bytes and decodes and augments them on `device`."""
+    _, samples = list_images(root)
+    dataset = EncodedImages(samples)
+    sampler = distributed_sampler(dataset, rank, world_size, seed)
+    loader = torch.utils.data.DataLoader(
+        dataset,
+        batch_size=batch,
+        sampler=sampler,
+        drop_last=True,
+        collate_fn=collate_encoded,
+        **dataloader_settings(workers, pin_memory=False),  # decode_jpeg reads host memory
+    )
+    if len(loader) == 0:
+        raise no_full_batch(root, len(dataset), batch, world_size)
+    decoder = JpegDecoder(device)
+    rng = random.Random(f"{seed}-{rank}")  # crops and flips: reproducible, different per rank
+
+    def produce(item: EncodedBatch) -> Batch:
+        encoded, labels = item
+        images = augment_batch(decoder(encoded), image_size, rng, memory_format)
+        return images, labels.to(device, non_blocking=True)
+
+    yield from side_stream_pipeline(epochs(loader, sampler), produce, device)
+
+
+def gpu_decode_problem() -> str:
+    """Why torchvision cannot decode a JPEG on the GPU here, or "" (run in a child process by
+    bench.loaders before launch: it initialises CUDA)."""
+    if not torch.cuda.is_available():
+        return "no CUDA device is visible"
+    from bench.rank.models import torchvision_has_compiled_ops, torchvision_version
+
+    if not torchvision_has_compiled_ops():
+        return (
+            f"torchvision {torchvision_version()}'s compiled ops do not load beside torch "
+            f"{torch.__version__} (install the torchvision build made for this torch)"
+        )
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.new("RGB", (16, 16), (200, 30, 10)).save(buffer, "JPEG")
+    data = torch.frombuffer(bytearray(buffer.getvalue()), dtype=torch.uint8)
+    decoder = JpegDecoder(torch.device("cuda"))
+    try:
+        decoded = decoder._decode_jpeg([data], mode=decoder._rgb, device="cuda")
+    except (RuntimeError, TypeError) as exc:
+        return f"torchvision {torchvision_version()} cannot decode JPEGs on the GPU: {exc}"
+    if decoded[0].shape != (3, 16, 16) or not decoded[0].is_cuda:
+        return f"torchvision {torchvision_version()}'s GPU decode returned {decoded[0].shape}"
+    return ""

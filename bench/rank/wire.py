@@ -1,0 +1,92 @@
+"""How rank 0 hands a run's measurements to the launcher: marked lines on its stdout.
+
+Rank 0 gathers every rank's timings through the process group and prints them as a few marked
+lines of base64 JSON. Every launcher forwards rank output to the process that started it
+(torchrun's ranks inherit its stdout, horovodrun prefixes and relays each line, ssh carries
+both), so the result reaches the sweep from any host without a shared filesystem. Each line is
+shorter than PIPE_BUF and written with one write(2), so lines from other ranks or from NCCL
+cannot tear it; the chunks are numbered, so a missing one is detected instead of misread.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+MARKER = "@@bench-result"
+CHUNK_CHARS = 2048  # well under PIPE_BUF (4096) with the marker and ids
+
+
+@dataclass(frozen=True)
+class RankReport:
+    """One rank's measurements of the timed window."""
+
+    rank: int
+    local_rank: int
+    host: str
+    device_name: str
+    window_s: float
+    step_s: list[float]  # per timed step, end of step to end of step
+    data_wait_s: float  # time blocked waiting for the next input batch
+    peak_memory_bytes: int | None
+    telemetry: dict[str, Any] = field(default_factory=dict)  # telemetry.summarise_samples
+    compile_s: float | None = None  # the first step, which compiled the model (--compile on)
+    warmup_steps: int | None = None  # untimed steps actually run (warm-up until steady)
+    loader_images_per_s: float | None = None  # real data: the loader alone, after the window
+
+
+@dataclass(frozen=True)
+class RunReport:
+    """What rank 0 sends for a run: every rank's report plus facts about the run."""
+
+    run_id: str
+    backend: str
+    world_size: int
+    gradient_bytes: int
+    images_per_rank: int
+    ranks: list[RankReport]
+    timed_steps: int | None = None  # steps in the timed window (fills --timed-seconds)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunReport:
+        fields = dict(data)
+        fields["ranks"] = [RankReport(**r) for r in data["ranks"]]
+        return cls(**fields)
+
+
+def encode(run_id: str, payload: dict[str, Any], chunk_chars: int = CHUNK_CHARS) -> list[str]:
+    data = base64.b64encode(json.dumps(payload, separators=(",", ":")).encode()).decode("ascii")
+    chunks = [data[i : i + chunk_chars] for i in range(0, len(data), chunk_chars)] or [""]
+    return [f"{MARKER} {run_id} {i + 1}/{len(chunks)} {c}" for i, c in enumerate(chunks)]
+
+
+def emit(run_id: str, payload: dict[str, Any], fd: int = 1) -> None:
+    for line in encode(run_id, payload):
+        os.write(fd, (line + "\n").encode("ascii"))
+
+
+def decode(run_id: str, text: str) -> dict[str, Any] | None:
+    """The payload for `run_id` in a launcher's output, or None if absent or incomplete."""
+    pattern = re.compile(rf"{re.escape(MARKER)} {re.escape(run_id)} (\d+)/(\d+) ([A-Za-z0-9+/=]*)")
+    chunks: dict[int, str] = {}
+    total = None
+    for match in pattern.finditer(text):
+        index, count, data = int(match[1]), int(match[2]), match[3]
+        if total is not None and count != total:
+            return None
+        total = count
+        chunks[index] = data
+    if total is None or sorted(chunks) != list(range(1, total + 1)):
+        return None
+    try:
+        return json.loads(base64.b64decode("".join(chunks[i] for i in range(1, total + 1))))
+    except ValueError:
+        return None

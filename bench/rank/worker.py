@@ -1,0 +1,296 @@
+"""The per-rank training loop: `python -m bench.rank.worker --spec <encoded RunSpec>`.
+
+Started by torchrun (DDP) or horovodrun (Horovod); bench.engines holds the only lines that
+differ. Warm-up steps run untimed; then every rank times the same number of steps, and rank 0
+gathers all ranks' timings and prints them for the launcher (bench.rank.wire).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import math
+import resource
+import socket
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from bench.rank import engines, faults, wire
+from bench.rank.data import Batch, loader_rate, make_batches, queue_depth
+from bench.rank.models import build_model, gradient_bytes
+from bench.rank.telemetry import GpuSampler
+from bench.spec import SYNTHETIC, RunSpec
+
+AMP_DTYPES = {"amp-fp16": torch.float16, "amp-bf16": torch.bfloat16}
+
+
+def configure_fp32_math(precision: str) -> None:
+    """TF32 only when asked: "fp32" means IEEE fp32 (cuDNN would otherwise default to TF32)."""
+    mode = "tf32" if precision == "tf32" else "ieee"
+    if hasattr(torch.backends.cuda.matmul, "fp32_precision"):
+        torch.backends.cuda.matmul.fp32_precision = mode
+        torch.backends.cudnn.conv.fp32_precision = mode
+    else:
+        torch.backends.cuda.matmul.allow_tf32 = mode == "tf32"
+        torch.backends.cudnn.allow_tf32 = mode == "tf32"
+
+
+def micro_batches(batches: Iterator[Batch], count: int) -> Iterator[Batch]:
+    """Each optimizer step's `count` batches as one item: (images tuple, labels tuple)."""
+    while True:
+        group = [next(batches) for _ in range(count)]
+        yield tuple(b[0] for b in group), tuple(b[1] for b in group)  # type: ignore[misc]
+
+
+def make_train_step(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    engine: engines.Engine,
+    precision: str,
+    device: torch.device,
+) -> Callable[[Any, Any], None]:
+    """One optimizer step over a step's micro-batches (see micro_batches): each backward pass
+    but the last accumulates without an allreduce; the loss is divided by their number, so the
+    reduced gradient is the mean over every image of the step, as with one large batch."""
+    amp_dtype = AMP_DTYPES.get(precision)
+    scaler = torch.amp.GradScaler(device.type) if precision == "amp-fp16" else None
+    loss_fn = torch.nn.CrossEntropyLoss()
+
+    def train_step(images: Any, labels: Any) -> None:
+        if isinstance(images, torch.Tensor):  # one batch, no accumulation
+            images, labels = (images,), (labels,)
+        optimizer.zero_grad()  # torch >= 2.0 sets grads to None (Horovod takes no argument)
+        last = len(images) - 1
+        for i, (x, y) in enumerate(zip(images, labels, strict=True)):
+            with engine.no_sync(model) if i < last else nullcontext():
+                with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+                    output = model(x)
+                    logits = output if isinstance(output, torch.Tensor) else output[0]  # aux
+                    loss = loss_fn(logits, y) / len(images) if last else loss_fn(logits, y)
+                (scaler.scale(loss) if scaler else loss).backward()
+        engine.step(optimizer, scaler)
+        if scaler:
+            scaler.update()
+
+    return train_step
+
+
+def timed_window(
+    train_step: Callable[[torch.Tensor, torch.Tensor], None],
+    batches: Iterator[Batch],
+    steps: int,
+    device: torch.device,
+) -> tuple[float, list[float], float]:
+    """(window seconds, per-step seconds, seconds waiting for data) of `steps` steps.
+
+    On a GPU, step boundaries are CUDA events (no per-step synchronisation, so the host keeps
+    queueing work ahead as in real training) and the window ends after a final synchronize.
+    """
+    cuda = device.type == "cuda"
+    events = [torch.cuda.Event(enable_timing=True) for _ in range(steps + 1)] if cuda else []
+    marks = [time.perf_counter()]
+    if cuda:
+        events[0].record()
+    data_wait = 0.0
+    for i in range(steps):
+        before = time.perf_counter()
+        images, labels = next(batches)
+        data_wait += time.perf_counter() - before
+        train_step(images, labels)
+        if cuda:
+            events[i + 1].record()
+        else:
+            marks.append(time.perf_counter())
+    if cuda:
+        torch.cuda.synchronize(device)
+        window = time.perf_counter() - marks[0]
+        return window, [a.elapsed_time(b) / 1e3 for a, b in itertools.pairwise(events)], data_wait
+    return marks[-1] - marks[0], [b - a for a, b in itertools.pairwise(marks)], data_wait
+
+
+STEADY_TOLERANCE = 0.02  # consecutive warm-up windows whose median step times agree this well
+SETTLE_WINDOW_S = 1.0  # length of one warm-up window once the step time is known
+MIN_WINDOW_STEPS = 5
+
+
+def is_steady(previous_median_s: float | None, median_s: float) -> bool:
+    """Whether a warm-up window's median step time matches the previous window's."""
+    if previous_median_s is None:
+        return False
+    return abs(median_s - previous_median_s) <= STEADY_TOLERANCE * previous_median_s
+
+
+def timed_steps_for(seconds: float | None, step_s: float | None, minimum: int) -> int:
+    """Steps that fill a window of `seconds` at `step_s` per step, never fewer than `minimum`
+    (all of `minimum` when no duration was asked for or no step time is known)."""
+    if not seconds or step_s is None or step_s <= 0:
+        return minimum
+    return max(minimum, math.ceil(seconds / step_s))
+
+
+def warm_up(
+    train_step: Callable[[torch.Tensor, torch.Tensor], None],
+    batches: Iterator[Batch],
+    engine: engines.Engine,
+    device: torch.device,
+    min_steps: int,
+    settle_s: float | None,
+) -> tuple[int, float | None]:
+    """Untimed steps: `min_steps`, then, when `settle_s` is given, windows of about a second
+    until two consecutive windows' median step times agree within STEADY_TOLERANCE on every
+    rank (or `settle_s` seconds have passed). Every rank takes the same decisions (they are
+    gathered), so collectives stay matched. Returns (steps run, the slowest rank's latest median
+    step time, or None when no window was timed)."""
+    for _ in range(min_steps):
+        train_step(*next(batches))
+    if settle_s is None:
+        return min_steps, None
+    steps, window_steps, previous, estimate = min_steps, MIN_WINDOW_STEPS, None, None
+    deadline = time.perf_counter() + settle_s
+    while True:
+        _, step_s, _ = timed_window(train_step, batches, window_steps, device)
+        steps += window_steps
+        median = statistics.median(step_s)
+        verdicts = engine.gather(
+            (is_steady(previous, median), median, time.perf_counter() > deadline)
+        )
+        estimate = max(m for _, m, _ in verdicts)
+        # rank 0's clock decides for all, so every rank stops after the same window
+        if all(ok for ok, _, _ in verdicts) or verdicts[0][2]:
+            return steps, estimate
+        previous = median
+        window_steps = max(MIN_WINDOW_STEPS, math.ceil(SETTLE_WINDOW_S / estimate))
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def peak_memory_bytes(device: torch.device) -> int:
+    """Peak allocated device memory on a GPU; the process's peak RSS on CPU."""
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+@dataclass
+class Training:
+    """What a rank trains with: the step, its input (one item per step) and the raw loader."""
+
+    train_step: Callable[[Any, Any], None]
+    batches: Iterator[Batch]
+    loader: Iterator[Batch]
+    gradient_bytes: int
+
+
+def set_up(spec: RunSpec, engine: engines.Engine, info: engines.DistInfo) -> Training:
+    """The model on its device, wrapped by the engine (and compiled), its optimizer and input."""
+    load, variant = spec.workload, spec.variant
+    configure_fp32_math(variant.precision)
+    # Input shapes never change within a run: let cuDNN time its algorithms once and keep the
+    # fastest (what a tuned training job does; the plain loop in benchmarks/overhead.py too).
+    torch.backends.cudnn.benchmark = info.device.type == "cuda"
+    memory_format = torch.channels_last if variant.channels_last else torch.contiguous_format
+    model = build_model(load.model, load.num_classes).to(info.device, memory_format=memory_format)
+    grad_bytes = gradient_bytes(model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    model, optimizer = engine.wrap(model, optimizer, load, variant.grad_accum)
+    if variant.compile:
+        model = engine.compile(model)
+    train_step = make_train_step(model, optimizer, engine, variant.precision, info.device)
+    loader = make_batches(
+        load.data, spec.batch_per_gpu, load.image_size, load.num_classes, load.loader_workers,
+        info.rank, info.world_size, info.device, memory_format, load.seed, variant.loader,
+    )  # fmt: skip
+    batches = micro_batches(loader, variant.grad_accum)  # one item per optimizer step
+    return Training(train_step, batches, loader, grad_bytes)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--spec", required=True, help="RunSpec.encode() of the run")
+    spec = RunSpec.decode(parser.parse_args(argv).spec)
+    load, variant = spec.workload, spec.variant
+    torch.set_num_threads(spec.threads_per_rank)
+    torch.manual_seed(load.seed)
+    engine = engines.create(spec.launcher)
+    info = engine.init(load.device)
+    training = set_up(spec, engine, info)
+    train_step, batches, loader = training.train_step, training.batches, training.loader
+
+    compile_s = None
+    if variant.compile:  # the first step compiles: time it apart from the warm-up
+        start = time.perf_counter()
+        train_step(*next(batches))
+        synchronize(info.device)
+        compile_s = time.perf_counter() - start
+    warmup_steps, step_estimate = warm_up(
+        train_step, batches, engine, info.device, max(0, load.warmup_steps - bool(compile_s)),
+        load.timed_seconds or None,
+    )  # fmt: skip
+    warmup_steps += bool(compile_s)
+    timed_steps = timed_steps_for(load.timed_seconds, step_estimate, load.timed_steps)
+    faults.trigger(faults.fault_for(info.rank))
+    if info.device.type == "cuda":
+        torch.cuda.synchronize(info.device)
+        torch.cuda.reset_peak_memory_stats(info.device)
+    engine.barrier()  # every rank starts its window together
+    sampler = GpuSampler(info.local_rank if info.device.type == "cuda" else None).start()
+    window, step_s, data_wait = timed_window(train_step, batches, timed_steps, info.device)
+    telemetry = sampler.stop()
+    loader_images_per_s = None
+    if load.data != SYNTHETIC:  # the loader alone (no model), all ranks at once: its ceiling
+        engine.barrier()
+        loader_images_per_s = loader_rate(
+            loader, timed_steps, info.device, skip=queue_depth(variant.loader, load.loader_workers)
+        )
+
+    report = wire.RankReport(
+        rank=info.rank,
+        local_rank=info.local_rank,
+        host=socket.gethostname(),
+        device_name=(
+            torch.cuda.get_device_name(info.device) if info.device.type == "cuda" else "cpu"
+        ),
+        window_s=window,
+        step_s=step_s,
+        data_wait_s=data_wait,
+        peak_memory_bytes=peak_memory_bytes(info.device),
+        telemetry=telemetry,
+        compile_s=compile_s,
+        warmup_steps=warmup_steps,
+        loader_images_per_s=loader_images_per_s,
+    )
+    send_report(spec, engine, info, training.gradient_bytes, timed_steps, report)
+    engine.shutdown()
+    return 0
+
+
+def send_report(
+    spec: RunSpec, engine: engines.Engine, info: engines.DistInfo, grad_bytes: int,
+    timed_steps: int, report: wire.RankReport,
+) -> None:  # fmt: skip
+    """Every rank's report to rank 0, which prints the run's for the launcher."""
+    reports = engine.gather(report)
+    if info.rank == 0:
+        run = wire.RunReport(
+            run_id=spec.run_id,
+            backend=info.backend,
+            world_size=info.world_size,
+            gradient_bytes=grad_bytes,
+            images_per_rank=spec.batch_per_gpu * spec.variant.grad_accum * timed_steps,
+            timed_steps=timed_steps,
+            ranks=reports,
+        )
+        wire.emit(spec.run_id, run.to_dict())
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

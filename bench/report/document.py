@@ -1,0 +1,136 @@
+"""report.md: the sections in order, and `write_report`, which also draws the plots."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from bench import stats
+from bench.report.comparison import reference_section
+from bench.report.diagnosis import THRESHOLDS_TEXT, loader_section, observations, sanity_flags
+from bench.report.epochs import epoch_section
+from bench.report.plots import plot_efficiency, plot_throughput
+from bench.report.summary import ScalingPoint, summarise
+from bench.report.tables import (
+    failures_section,
+    launcher_comparison,
+    num,
+    probe_table,
+    scaling_table,
+    system_section,
+    telemetry_section,
+)
+from bench.results import ResultStore
+from bench.schema import ProbeRow, RunRow
+from bench.spec import SYNTHETIC
+
+CPU_BANNER = (
+    '> **CPU SMOKE TEST: NOT GPU RESULTS.** No CUDA GPU was used: every "GPU" below is a CPU\n'
+    "> process (gloo backend) training on tiny images. These figures only show that the harness,\n"
+    "> launchers and reporting work. Never compare them with GPU numbers or published figures."
+)
+
+
+def definitions(points: Sequence[ScalingPoint]) -> str:
+    """What the table's figures are, for the kind of sweep this is."""
+    text = (
+        "img/s = images in the timed window / the slowest rank's window, per launch; each figure "
+        "is the mean of a configuration's successful launches, with a 95 % interval by the "
+        f"{stats.MEAN_METHOD} (none for a single launch). CV = standard deviation / mean of the "
+        "launches' img/s. speed-up = img/s(N) / img/s(1); efficiency = speed-up / ideal "
+        f"speed-up, its interval by the {stats.RATIO_METHOD}, carrying the spread of both. "
+    )
+    if any(p.cpu for p in points):
+        return text + (
+            "**On CPU the ideal is what the ranks share:** ideal speed-up = cores used at N "
+            "(ranks x threads per rank) / cores used at 1, so ranks that only split the same "
+            "cores have an ideal of 1.00x. The allreduce ceiling is t_c / (t_c + t_ar): gloo's "
+            "allreduce (t_ar at the probe's bandwidth) runs on the same cores as the compute "
+            "(t_c, the 1-rank median step scaled by batch and threads per rank), so it cannot "
+            "hide behind it."
+        )
+    return text + (
+        "The ideal speed-up is N. The allreduce ceiling is t_c / max(t_c, t_ar): the best "
+        "efficiency the probe's allreduce bandwidth allows for this model's gradients if "
+        "communication overlaps the backward pass perfectly (t_c = the 1-GPU median step "
+        "scaled by the per-GPU batch)."
+    )
+
+
+def knob_values(meta: dict[str, Any]) -> dict[str, Any]:
+    """Every knob of a stored sweep by name (sweep.json nests the workload and the swept axes)."""
+    stored = meta.get("config", {})
+    return {**stored, **stored.get("axes", {}), **stored.get("workload", {})}
+
+
+def _intro(meta: dict[str, Any], cpu: bool) -> list[str]:
+    config, system = knob_values(meta), meta.get("system", {})
+    scaling = (
+        f"strong scaling: global batch fixed at {config.get('global_batch')}"
+        if config.get("global_batch")
+        else f"weak scaling: per-GPU batch fixed at {config.get('batch_size')}, "
+        "global batch = per-GPU batch x GPUs"
+    )
+    lines = [f"# {config.get('model', 'model')} training scaling on {system.get('host', '?')}", ""]
+    if cpu:
+        lines += [CPU_BANNER, ""]
+    return [
+        *lines,
+        f"Sweep `{meta.get('sweep_id')}`: {meta.get('state')}, started {meta.get('started_at')}, "
+        f"{num(meta.get('elapsed_s', math.nan), 0)} s. Device: "
+        f"{'CPU processes (gloo)' if cpu else system.get('gpu_name')}. {config.get('model')} at "
+        f"{config.get('image_size')}x{config.get('image_size')}, {scaling}; data: "
+        f"{config.get('data')}; {config.get('warmup_steps')} warm-up steps (excluded) + "
+        f"{config.get('timed_steps')} timed steps per run; {config.get('repeats')} launches per "
+        "configuration. Every knob is a column of runs.csv.",
+        "",
+    ]
+
+
+def markdown(meta: dict[str, Any], runs: Sequence[RunRow], probes: Sequence[ProbeRow]) -> str:
+    config = knob_values(meta)
+    points = summarise(runs, probes)
+    cpu = config.get("device") == "cpu"
+    dataset_size, claim = config.get("dataset_size", 0), config.get("claim", ())
+    lines = _intro(meta, cpu)
+    lines += ["## Throughput and scaling", "", *scaling_table(points), "", definitions(points), ""]
+    lines += ["![throughput](throughput.png)", "", "![efficiency](efficiency.png)", ""]
+    flags = sanity_flags(points, runs, dataset_size, claim)
+    lines += ["## Sanity checks", "", THRESHOLDS_TEXT, ""]
+    lines += [f"- {f}" for f in flags] if flags else ["None raised."]
+    notes = observations(points, runs)
+    lines += ["", "## Why not linear?", ""]
+    lines += [f"- {n}" for n in notes] if notes else ["Nothing stands out."]
+    lines += [""]
+    loaders = loader_section(points, runs)
+    if loaders:
+        lines += ["## Input pipeline (real data)", "", *loaders, ""]
+    comparison = launcher_comparison(points)
+    if comparison:
+        lines += ["## DDP vs Horovod", "", *comparison, ""]
+    lines += ["## Allreduce probe", ""]
+    lines += probe_table(probes) if probes else ["No probe (single rank, or --no-probe)."]
+    lines += ["", "busbw = algbw x 2(n-1)/n (nccl-tests' definition).", ""]
+    lines += ["## Comparison with published figures and the FLOP bound", ""]
+    lines += [*reference_section(runs, points), ""]
+    data = runs[0].data if runs else SYNTHETIC  # one --data per sweep
+    epochs = epoch_section(points, dataset_size, claim, data)
+    lines += ["## Epoch-time projection", "", *epochs, ""]
+    lines += ["## GPU telemetry (timed window)", "", *telemetry_section(runs), ""]
+    lines += ["## Failures", "", *failures_section(runs, probes), ""]
+    lines += ["## System", "", *system_section(meta), ""]
+    return "\n".join(lines)
+
+
+def write_report(directory: Path) -> Path:
+    store = ResultStore(directory)
+    meta = store.read_meta()
+    runs, probes = store.runs.rows(), store.probes.rows()
+    points = summarise(runs, probes)
+    plot_throughput(points, directory / "throughput.png")
+    plot_efficiency(points, directory / "efficiency.png")
+    path = directory / "report.md"
+    path.write_text(markdown(meta, runs, probes))
+    return path

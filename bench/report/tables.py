@@ -1,0 +1,179 @@
+"""Markdown tables: number formatting and the tables built from summary points and rows.
+
+The scaling table names the statistic of every column in its header; docs/results/README.md
+explains the same headers (a unit test keeps the two in step).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from bench import stats
+from bench.report.summary import ScalingPoint
+from bench.schema import ProbeRow, RunRow, Status
+
+
+def num(value: float | None, digits: int = 1) -> str:
+    return "n/a" if value is None or math.isnan(value) else f"{value:,.{digits}f}"
+
+
+def pct(value: float | None) -> str:
+    return "n/a" if value is None or math.isnan(value) else f"{100 * value:.1f} %"
+
+
+def interval(ci: stats.Interval, runs_ok: int, percent: bool = False) -> str:
+    """ " (low to high)", or why there is none: one launch says nothing about the spread."""
+    if ci.defined:
+        fmt = pct if percent else num
+        return f" ({fmt(ci.low)} to {fmt(ci.high)})"
+    return " (1 launch: no interval)" if runs_ok == 1 else ""
+
+
+def signed_terms(fixed: float, scalable: float, digits: int = 1) -> str:
+    """a + b/N with the sign of b written once: "10.0 - 5.0/N", never "10.0 + -5.0/N"."""
+    sign = "-" if scalable < 0 else "+"
+    return f"{fixed:,.{digits}f} {sign} {abs(scalable):,.{digits}f}/N"
+
+
+def escape(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return lines
+
+
+def scaling_header(cpu: bool) -> list[str]:
+    """Each column and the statistic it shows; the same words as docs/results/README.md."""
+    unit = "ranks" if cpu else "GPUs"
+    per = "img/s per rank" if cpu else "img/s per GPU"
+    return [
+        "launcher", "variant", unit, "nodes", "global batch", "placement",
+        "img/s (mean of launches, 95 % CI)", f"{per} (mean of launches)",
+        "speed-up (ideal)", "efficiency vs ideal (95 % CI)", "allreduce ceiling",
+        "step ms (mean of launches of the per-launch median step)",
+        "data wait (mean of launches)", "CV of img/s", "runs ok",
+    ]  # fmt: skip
+
+
+def _speedup(p: ScalingPoint) -> str:
+    if math.isnan(p.speedup):
+        return "n/a"
+    return f"{p.speedup:.2f}x ({p.ideal_speedup:.2f}x)"
+
+
+def _efficiency(p: ScalingPoint) -> str:
+    if p.gpus == 1 and not math.isnan(p.efficiency):
+        return pct(p.efficiency) + " (the baseline)"
+    return pct(p.efficiency) + interval(p.efficiency_ci, p.runs_ok, percent=True)
+
+
+def scaling_table(points: Sequence[ScalingPoint]) -> list[str]:
+    rows = [
+        [
+            p.launcher, p.variant, str(p.gpus), str(p.nodes), str(p.global_batch), p.placement,
+            num(p.throughput) + interval(p.throughput_ci, p.runs_ok),
+            num(p.throughput_per_gpu), _speedup(p),
+            _efficiency(p),
+            pct(p.comm_ceiling), num(p.step_time_s * 1e3, 1), pct(p.data_wait_fraction),
+            pct(p.cv), f"{p.runs_ok}/{p.runs_total}",
+        ]
+        for p in points
+    ]  # fmt: skip
+    return table(scaling_header(any(p.cpu for p in points)), rows)
+
+
+def launcher_comparison(points: Sequence[ScalingPoint]) -> list[str]:
+    by_key = {(p.launcher, p.variant, p.gpus, p.nodes): p for p in points}
+    rows = []
+    for (launcher, variant, gpus, nodes), ddp in sorted(by_key.items()):
+        hvd = by_key.get(("horovod", variant, gpus, nodes))
+        if launcher != "ddp" or hvd is None:
+            continue
+        ratio = hvd.throughput / ddp.throughput if ddp.throughput else math.nan
+        where = str(gpus) if nodes == 1 else f"{gpus} ({nodes} nodes)"
+        rows.append([variant, where, num(ddp.throughput), num(hvd.throughput), num(ratio, 3)])
+    if not rows:
+        return []
+    unit = "ranks" if any(p.cpu for p in points) else "GPUs"
+    header = ["variant", unit, "DDP img/s (mean of launches)",
+              "Horovod img/s (mean of launches)", "Horovod / DDP"]  # fmt: skip
+    return table(header, rows)
+
+
+def probe_table(probes: Sequence[ProbeRow]) -> list[str]:
+    rows = [
+        [
+            str(p.gpus), p.hosts, p.backend, p.interconnect or p.status,
+            f"{p.nbytes / 1e6:.0f} MB", num((p.time_s or math.nan) * 1e3, 2),
+            num(p.algbw_gbps or math.nan, 2), num(p.busbw_gbps or math.nan, 2),
+        ]
+        for p in sorted(probes, key=lambda p: p.gpus)
+    ]  # fmt: skip
+    header = ["GPUs", "hosts", "backend", "interconnect", "size", "ms (median)", "algbw GB/s",
+              "busbw GB/s"]  # fmt: skip
+    return table(header, rows)
+
+
+def failures_section(runs: Sequence[RunRow], probes: Sequence[ProbeRow]) -> list[str]:
+    bad = [r for r in runs if r.status != Status.OK.value]
+    bad_probes = [p for p in probes if p.status != Status.OK.value]
+    if not bad and not bad_probes:
+        return ["None: every run finished and reported."]
+    rows = [[r.run_id, r.status, "<br>".join(escape(r.error).splitlines())] for r in bad]
+    rows += [[p.probe_id, p.status, "<br>".join(escape(p.error).splitlines())] for p in bad_probes]
+    return table(["run", "status", "key lines"], rows)
+
+
+def telemetry_section(runs: Sequence[RunRow]) -> list[str]:
+    ok = [r for r in runs if r.status == Status.OK.value and r.sm_clock_mhz_mean is not None]
+    if not ok:
+        return ["No GPU telemetry (no NVML on this machine)."]
+    rows = [
+        [r.run_id, num(r.sm_clock_mhz_mean, 0), num(r.sm_clock_mhz_min or math.nan, 0),
+         num(r.power_w_mean or math.nan, 0), num(r.temperature_c_max or math.nan, 0),
+         r.throttle_reasons or "none"]
+        for r in ok
+    ]  # fmt: skip
+    return table(
+        ["run", "SM MHz mean", "SM MHz min", "power W mean", "max temp C", "clock-event reasons"],
+        rows,
+    )
+
+
+def system_section(meta: dict[str, Any]) -> list[str]:
+    system = meta.get("system", {})
+    versions = system.get("versions", {})
+    hvd = system.get("horovod", {})
+    nvml = system.get("nvml", {})
+    git = system.get("git", {})
+    ops = "" if versions.get("torchvision_compiled_ops", True) else " (models only, no ops)"
+    if hvd.get("available"):
+        horovod = f"{hvd.get('version')} (NCCL: {hvd.get('nccl_built')})"
+    else:
+        horovod = f"unavailable ({hvd.get('reason')})"
+    lines = [
+        f"- host: {system.get('host')} ({system.get('platform')}), CPU: {system.get('cpu')}, "
+        f"{system.get('cores')} cores, {system.get('memory_gb')} GB",
+        f"- GPUs: {system.get('gpu_count')} x {system.get('gpu_name') or 'none'}; "
+        f"driver {nvml.get('driver', 'n/a')}",
+        f"- torch {versions.get('torch')} (CUDA {versions.get('torch_cuda')}, cuDNN "
+        f"{versions.get('cudnn', 'n/a')}, NCCL {versions.get('nccl', 'n/a')}), torchvision "
+        f"{versions.get('torchvision')}{ops}",
+        f"- Horovod: {horovod}",
+        f"- git: {git.get('sha')}" + (" (uncommitted changes)" if git.get("dirty") else ""),
+        f"- environment: {system.get('environment') or 'no NCCL_/GLOO_/HOROVOD_ variables set'}",
+    ]
+    for gpu in nvml.get("gpus", []):
+        lines.append(
+            f"- GPU {gpu['index']}: {gpu['name']} {gpu['memory_gb']} GB, bus {gpu['pci_bus_id']}, "
+            f"power limit {gpu.get('power_limit_w')} W, "
+            f"max SM clock {gpu.get('max_sm_clock_mhz')} MHz"
+        )
+    if system.get("topology"):
+        lines += ["", "```", system["topology"].rstrip(), "```"]
+    return lines

@@ -1,0 +1,246 @@
+"""Rows: one finished launch (its spec, exit status and output) becomes one result row.
+
+A run that produced its measurements becomes an "ok" row; anything else (a rank crashed, ran
+out of memory, hung past the timeout, the sweep was interrupted, the launcher is missing)
+becomes a row with that status and the key lines of the error, never a row of zeros.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import statistics
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+from bench import stats
+from bench.launchers import ExecResult
+from bench.rank import wire
+from bench.rank.telemetry import merge_telemetry
+from bench.schema import ProbeRow, RunRow, Status, knob_values
+from bench.spec import ProbeSpec, RunSpec
+
+OOM_PATTERNS = ("out of memory", "outofmemoryerror", "cublas_status_alloc_failed")
+KEY_LINE = re.compile(
+    r"(\w+(Error|Exception|Interrupt)\b.*:|^\s*(rank|exitcode|host)\s*:|bench: |Killed|"
+    r"[Ss]egmentation fault|SIG(SEGV|ABRT|KILL|BUS)|exit with status|NCCL WARN|[Tt]imed? ?out)"
+)
+NCCL_TRANSPORT = re.compile(r"via (P2P/\w+|SHM|NET/\w+|COLLNET\w*|NVLS)")
+NCCL_INTERFACE = re.compile(r"NET/(?:IB|Socket) : Using (\S+)")
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def key_error_lines(output: str, limit: int = 8, width: int = 300) -> list[str]:
+    """The lines of a failed launch's output that say what went wrong, each once, last ones kept."""
+    seen: dict[str, None] = {}
+    for line in output.splitlines():
+        text = line.strip()
+        if not text or text.startswith("$ ") or wire.MARKER in text:
+            continue
+        if KEY_LINE.search(text):
+            key = text[:width]
+            seen.pop(key, None)  # keep the latest position of a repeated line
+            seen[key] = None
+    return list(seen)[-limit:]
+
+
+def classify_failure(result: ExecResult) -> Status:
+    if result.timed_out:
+        return Status.TIMEOUT
+    lowered = result.output.lower()
+    if any(p in lowered for p in OOM_PATTERNS):
+        return Status.OOM
+    return Status.FAILED
+
+
+def parse_nccl_transports(output: str) -> list[str]:
+    """NCCL's chosen transports from NCCL_DEBUG=INFO lines ("via P2P/CUMEM", "via NET/IB/0")."""
+    return sorted(set(NCCL_TRANSPORT.findall(output)))
+
+
+def describe_interconnect(
+    backend: str, rank_hosts: Sequence[str], output: str, environ: Mapping[str, str] = os.environ
+) -> str:
+    if len(rank_hosts) < 2:
+        return "none (1 rank)"
+    multi_host = len(set(rank_hosts)) > 1
+    if backend == "gloo":
+        if not multi_host:
+            return "loopback (gloo)"
+        iface = environ.get("GLOO_SOCKET_IFNAME")
+        return "tcp (gloo" + (f", {iface})" if iface else ")")
+    transports = parse_nccl_transports(output)
+    if not transports:
+        return "nccl (transport not logged: NCCL_DEBUG is not INFO)"
+    described = "+".join(transports)
+    interface = NCCL_INTERFACE.search(output)
+    return f"nccl {described}" + (f" ({interface[1]})" if interface and multi_host else "")
+
+
+def measurements(report: wire.RunReport) -> dict[str, Any]:
+    """The measurement columns of a row from every rank's timings."""
+    windows = [r.window_s for r in report.ranks]
+    window = stats.slowest_window(windows)
+    steps = stats.slowest_rank_steps([r.step_s for r in report.ranks])
+    images = report.images_per_rank * report.world_size
+    tput = stats.throughput(images, window)
+    peaks = [r.peak_memory_bytes for r in report.ranks if r.peak_memory_bytes is not None]
+    data_wait = max(r.data_wait_s for r in report.ranks)
+    loader_rates = [r.loader_images_per_s for r in report.ranks if r.loader_images_per_s]
+    telemetry = merge_telemetry([r.telemetry for r in report.ranks])
+    compiled = [r.compile_s for r in report.ranks if r.compile_s is not None]
+    warmups = [r.warmup_steps for r in report.ranks if r.warmup_steps is not None]
+    return {
+        "images": images,
+        "window_s": window,
+        "throughput": tput,
+        "throughput_per_gpu": tput / report.world_size,
+        "step_time_median_s": stats.percentile(steps, 50),
+        "step_time_p90_s": stats.percentile(steps, 90),
+        "step_time_cv": statistics.pstdev(steps) / statistics.fmean(steps) if steps else None,
+        "timed_steps_run": report.timed_steps,
+        "warmup_steps_run": max(warmups) if warmups else None,
+        "compile_s": max(compiled) if compiled else None,
+        "rank_imbalance": stats.rank_imbalance(windows),
+        "data_wait_s": data_wait,
+        "data_wait_fraction": data_wait / window,
+        "loader_throughput_per_gpu": min(loader_rates) if loader_rates else None,
+        "loader_throughput": sum(loader_rates) if loader_rates else None,
+        "peak_memory_gb": max(peaks) / 1e9 if peaks else None,
+        "gradient_mb": report.gradient_bytes / 1e6,
+        "sm_clock_mhz_mean": telemetry.get("sm_clock_mhz_mean"),
+        "sm_clock_mhz_min": telemetry.get("sm_clock_mhz_min"),
+        "power_w_mean": telemetry.get("power_w_mean"),
+        "power_w_max": telemetry.get("power_w_max"),
+        "temperature_c_max": telemetry.get("temperature_c_max"),
+        "throttle_reasons": ",".join(telemetry.get("throttle_reasons", [])),
+    }
+
+
+def expected_backend(device: str) -> str:
+    return "nccl" if device == "cuda" else "gloo"
+
+
+def _identity(spec: RunSpec) -> dict[str, Any]:
+    """The columns a run's row takes from its spec: identity, placement, shape, every knob."""
+    return {
+        "sweep_id": spec.sweep_id,
+        "run_id": spec.run_id,
+        "repeat": spec.repeat,
+        "launcher": spec.launcher,
+        "variant": spec.variant.label,
+        "nodes": spec.nodes,
+        "gpus_per_node": spec.gpus_per_node,
+        "gpus": spec.world_size,
+        "hosts": spec.hosts,
+        "scaling": spec.scaling,
+        "batch_per_gpu": spec.batch_per_gpu,
+        "global_batch": spec.global_batch,
+        "threads_per_rank": spec.threads_per_rank,
+        **knob_values(spec.workload, spec.variant),
+    }
+
+
+def run_row(
+    spec: RunSpec, result: ExecResult, started_at: str, timeout_s: float | None = None
+) -> RunRow:
+    """The row for a launch that ran to completion, failed, or timed out (after `timeout_s`:
+    the wall time also counts stopping the processes, so it is not the timeout)."""
+    report_data = wire.decode(spec.run_id, result.output)
+    if result.returncode == 0 and not result.timed_out and report_data is not None:
+        report = wire.RunReport.from_dict(report_data)
+        names = sorted({r.device_name for r in report.ranks})
+        return RunRow(
+            **{**_identity(spec), **({"hosts": result.hosts} if result.hosts else {})},
+            status=Status.OK.value,
+            error="",
+            started_at=started_at,
+            launch_wall_s=result.wall_s,
+            device_name="+".join(names),
+            backend=report.backend,
+            interconnect=describe_interconnect(
+                report.backend,
+                [r.host for r in report.ranks],
+                result.output,
+                result.environ or os.environ,
+            ),
+            **measurements(report),
+        )
+    if result.returncode == 0 and not result.timed_out:
+        status, lines = Status.FAILED, ["launcher exited 0 but rank 0 reported no result"]
+    else:
+        status, lines = classify_failure(result), key_error_lines(result.output)
+        if result.timed_out:
+            limit = f"{timeout_s:g} s" if timeout_s is not None else "its"
+            lines.append(f"killed after the {limit} timeout ({result.wall_s:.1f} s in all)")
+        else:
+            lines.append(f"launcher exit status {result.returncode}")
+    return not_measured_row(
+        spec, status, "\n".join(lines), started_at, result.wall_s, hosts=result.hosts
+    )
+
+
+def not_measured_row(
+    spec: RunSpec,
+    status: Status,
+    error: str,
+    started_at: str,
+    wall_s: float | None = None,
+    hosts: str = "",
+) -> RunRow:
+    """A row for a run with no measurements: failed, interrupted or unavailable. hosts: where
+    it actually ran, when that differs from the plan (Slurm picks the nodes)."""
+    return RunRow(
+        **{**_identity(spec), **({"hosts": hosts} if hosts else {})},
+        status=status.value,
+        error=error,
+        started_at=started_at,
+        launch_wall_s=wall_s,
+        device_name="",
+        backend=expected_backend(spec.workload.device),
+        interconnect="",
+    )
+
+
+def probe_row(spec: ProbeSpec, result: ExecResult, started_at: str) -> ProbeRow:
+    base: dict[str, Any] = {
+        "sweep_id": spec.sweep_id,
+        "probe_id": spec.probe_id,
+        "started_at": started_at,
+        "gpus": spec.world_size,
+        "nodes": len(spec.placement),
+        "gpus_per_node": max(h.slots for h in spec.placement),
+        "hosts": spec.hosts,
+        "device": spec.device,
+        "iterations": spec.iterations,
+    }
+    data = wire.decode(spec.probe_id, result.output)
+    if result.returncode != 0 or result.timed_out or data is None:
+        lines = key_error_lines(result.output) or [f"launcher exit status {result.returncode}"]
+        return ProbeRow(
+            **base,
+            status=classify_failure(result).value,
+            error="\n".join(lines),
+            backend=expected_backend(spec.device),
+            interconnect="",
+            nbytes=spec.nbytes,
+        )
+    alg = stats.algbw(data["nbytes"], data["time_s"])
+    hosts = [h.host for h in spec.placement for _ in range(h.slots)]
+    return ProbeRow(
+        **base,
+        status=Status.OK.value,
+        error="",
+        backend=data["backend"],
+        interconnect=describe_interconnect(
+            data["backend"], hosts, result.output, result.environ or os.environ
+        ),
+        nbytes=data["nbytes"],
+        time_s=data["time_s"],
+        algbw_gbps=alg / 1e9,
+        busbw_gbps=stats.busbw(alg, spec.world_size) / 1e9,
+    )

@@ -1,0 +1,298 @@
+"""The vocabulary the controller and the ranks share: what a run is, as pure data.
+
+`bench.rank` (the per-rank code started by torchrun/horovodrun) imports this module and nothing
+else of the controller, so a rank process never loads the planner, the launchers or the report.
+A `RunSpec` (or `ProbeSpec`) travels to the ranks as one shell-safe `--spec` argument.
+
+Every knob is declared once, as a field of `Variant` (the axes a sweep may A/B, each a comma
+list) or `Workload` (fixed for a sweep) with a `Knob` in its metadata. bench.config generates
+the command-line option from it, validates it and fills its default; bench.schema makes it a
+column of the results row (unless `row=False`); sweep.json stores it for --resume.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+LAUNCHERS = ("ddp", "horovod")
+PRECISIONS = ("fp32", "tf32", "amp-fp16", "amp-bf16")
+MEMORY_FORMATS = ("nchw", "channels_last")
+LOCAL_HOST = "localhost"
+SYNTHETIC = "synthetic"
+LOADERS = ("torch", "nvjpeg", "dali")  # input pipelines for --data DIR: bench.rank.loaders
+NO_LOADER = "none"  # the loader of synthetic data (made on the device)
+
+
+@dataclass(frozen=True)
+class HostSlots:
+    """One host of a placement and how many ranks (GPUs, or CPU processes) it runs."""
+
+    host: str
+    slots: int
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.slots}"
+
+
+Placement = tuple[HostSlots, ...]
+
+
+def format_hosts(placement: Sequence[HostSlots]) -> str:
+    """The horovodrun -H spelling of a placement: "node1:8,node2:8"."""
+    return ",".join(str(h) for h in placement)
+
+
+@dataclass(frozen=True)
+class Knob:
+    """How one option appears on the command line, is checked, defaults and is recorded.
+
+    default: the value when the option is not given; None means the machine decides, from
+    `gpu`/`cpu` or, when those are None too, by a rule in bench.config (`default_words`
+    then says which). words: the default as the help states it, when not `default` itself.
+    values: the accepted words and the value each stands for (choices); else `parse` reads one.
+    switch: an option without a value that sets `not default`. many: a comma list (a Variant
+    field's values are each a separate run). at_least/above: the smallest allowed value.
+    """
+
+    flag: str
+    help: str
+    default: Any = None
+    gpu: Any = None
+    cpu: Any = None
+    words: str = ""
+    values: Mapping[str, Any] | None = None
+    parse: Callable[[str], Any] | None = None
+    switch: bool = False
+    many: bool = False
+    at_least: float | None = None
+    above: float | None = None
+    row: bool = True
+
+    def default_words(self) -> str:
+        if self.words:
+            return self.words
+        if self.default is None:
+            return f"{self.gpu} on GPU, {self.cpu} on CPU"
+        if self.values is not None:
+            return ",".join(w for w, v in self.values.items() if v in _as_tuple(self.default))
+        if isinstance(self.default, tuple):
+            return ",".join(str(v) for v in self.default)
+        return str(self.default)
+
+
+def _as_tuple(value: Any) -> tuple[Any, ...]:
+    return value if isinstance(value, tuple) else (value,)
+
+
+def knob(flag: str, help: str, **options: Any) -> Any:
+    """A dataclass field declared as a knob (see `Knob`)."""
+    return field(metadata={"knob": Knob(flag, help, **options)})
+
+
+def knobs(cls: type) -> Iterator[tuple[str, Knob]]:
+    """(field name, Knob) of every knob field of a dataclass, in declaration order."""
+    for f in dataclasses.fields(cls):
+        if "knob" in f.metadata:
+            yield f.name, f.metadata["knob"]
+
+
+_ON_OFF = {"off": False, "on": True}
+
+
+@dataclass(frozen=True)
+class Variant:
+    """The knobs a sweep may A/B (each a comma list on the command line); part of the run id."""
+
+    precision: str = knob(
+        "--precision", "floating-point mode, comma list, each swept",
+        values={p: p for p in PRECISIONS}, many=True,
+        words="amp-bf16 (amp-fp16 before Ampere) on GPU, fp32 on CPU",
+    )  # fmt: skip
+    channels_last: bool = knob(
+        "--memory-format", "activation layout, comma list, each swept",
+        values={"nchw": False, "channels_last": True}, many=True,
+        words="channels_last on GPUs with tensor cores (compute capability 7.0+), else nchw",
+    )  # fmt: skip
+    compile: bool = knob(
+        "--compile", "torch.compile: off, on, or off,on to A/B it",
+        values=_ON_OFF, many=True,
+        words="on on GPUs of compute capability 8.0+ (bench.gpu_defaults), else off",
+    )  # fmt: skip
+    # A default so specs and sweep.json files written before the knob existed still load.
+    loader: str = field(default=NO_LOADER, metadata={"knob": Knob(
+        "--loader", "input pipeline for --data DIR, comma list, each swept: torch (DataLoader "
+        "workers decode on the CPU), nvjpeg (torchvision decodes and augments on the GPU), "
+        "dali (NVIDIA DALI)", values={x: x for x in LOADERS}, many=True,
+        words="the first runnable of dali, nvjpeg, torch on GPU; torch on CPU; none with "
+        "synthetic data",
+    )})  # fmt: skip
+    grad_accum: int = field(default=1, metadata={"knob": Knob(
+        "--grad-accum", "gradient accumulation: micro-batches of --batch-size per optimizer step, "
+        "one allreduce per step (DDP no_sync, Horovod backward_passes_per_step); comma list, "
+        "each swept", parse=int, many=True, default=(1,), at_least=1,
+    )})  # fmt: skip
+
+    @property
+    def label(self) -> str:
+        layout = "channels_last" if self.channels_last else "nchw"
+        label = f"{self.precision}-{layout}" + ("-compile" if self.compile else "")
+        label += f"-{self.loader}" if self.loader != NO_LOADER else ""
+        return label + (f"-acc{self.grad_accum}" if self.grad_accum > 1 else "")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What every run of a sweep trains, and the knobs that are fixed for the whole sweep."""
+
+    model: str = knob("--model", "torchvision classification model name", default="resnet50")
+    image_size: int = knob("--image-size", "square input size in pixels", parse=int,
+                           gpu=224, cpu=32, at_least=16)  # fmt: skip
+    num_classes: int = knob("--num-classes", "classes of the model's output layer", parse=int,
+                            default=1000, at_least=2, row=False)  # fmt: skip
+    data: str = knob("--data", "'synthetic' (random tensors) or an ImageFolder root "
+                     "(class subdirectories)", default=SYNTHETIC)  # fmt: skip
+    loader_workers: int = knob(
+        "--workers", "DataLoader worker processes per rank", parse=int, at_least=0,
+        words="cores per GPU, at most 8, on GPU; 0 on CPU",
+    )  # fmt: skip
+    warmup_steps: int = knob("--warmup-steps", "untimed steps per run", parse=int,
+                             gpu=20, cpu=2, at_least=0)  # fmt: skip
+    timed_steps: int = knob("--steps", "timed steps per run", parse=int,
+                            gpu=100, cpu=8, at_least=1)  # fmt: skip
+    bucket_cap_mb: float = knob("--bucket-cap-mb", "DDP gradient bucket size in MB", parse=float,
+                                default=25.0, above=0)  # fmt: skip
+    static_graph: bool = knob("--static-graph", "DDP static_graph=True", default=False,
+                              switch=True, words="off")  # fmt: skip
+    gradient_as_bucket_view: bool = knob(
+        "--gradient-as-bucket-view", "DDP gradient_as_bucket_view=True", default=False,
+        switch=True, words="off",
+    )  # fmt: skip
+    broadcast_buffers: bool = knob(
+        "--no-broadcast-buffers", "DDP broadcast_buffers=False", default=True, switch=True,
+        words="buffers are broadcast",
+    )  # fmt: skip
+    fp16_allreduce: bool = knob(
+        "--fp16-allreduce",
+        "compress gradients to fp16 for the allreduce (DDP comm hook / hvd.Compression.fp16)",
+        default=False, switch=True, words="off",
+    )  # fmt: skip
+    device: str = knob(
+        "--device", "cpu runs gloo CPU processes (smoke figures) even where GPUs exist",
+        values={"auto": "auto", "cuda": "cuda", "cpu": "cpu"}, default="auto",
+        words="auto: cuda when a GPU is visible, else cpu",
+    )  # fmt: skip
+    seed: int = knob("--seed", "seed of the model's initial weights and the synthetic data",
+                     parse=int, default=0, row=False)  # fmt: skip
+    # A default so specs and sweep.json files written before the knob existed still load.
+    timed_seconds: float = field(default=0.0, metadata={"knob": Knob(
+        "--timed-seconds", "length of the timed window: warm-up runs until the median step time "
+        "of consecutive ~1 s windows agrees within 2 %% (at most this long again), then the "
+        "window lasts this long; --warmup-steps and --steps become minimums. 0: exactly "
+        "--warmup-steps and --steps", parse=float, gpu=15.0, cpu=0.0, at_least=0,
+    )})  # fmt: skip
+
+
+def _encode(data: dict[str, Any]) -> str:
+    """One shell-safe argument (URL-safe base64 of JSON): survives ssh and horovodrun."""
+    raw = json.dumps(data, separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode("ascii")
+
+
+def _decode(text: str) -> dict[str, Any]:
+    return dict(json.loads(base64.urlsafe_b64decode(text.encode("ascii"))))
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One launch: a launcher, a placement, a variant and a repeat index."""
+
+    sweep_id: str
+    run_id: str
+    launcher: str
+    repeat: int
+    placement: Placement
+    variant: Variant
+    workload: Workload
+    batch_per_gpu: int
+    scaling: str  # "weak": per-GPU batch fixed; "strong": global batch fixed
+    threads_per_rank: int
+
+    @property
+    def world_size(self) -> int:
+        return sum(h.slots for h in self.placement)
+
+    @property
+    def nodes(self) -> int:
+        return len(self.placement)
+
+    @property
+    def gpus_per_node(self) -> int:
+        return max(h.slots for h in self.placement)
+
+    @property
+    def hosts(self) -> str:
+        return format_hosts(self.placement)
+
+    @property
+    def global_batch(self) -> int:
+        return self.batch_per_gpu * self.world_size
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunSpec:
+        fields = dict(data)
+        fields["placement"] = tuple(HostSlots(**h) for h in data["placement"])
+        fields["variant"] = Variant(**data["variant"])
+        fields["workload"] = Workload(**data["workload"])
+        return cls(**fields)
+
+    def encode(self) -> str:
+        return _encode(self.to_dict())
+
+    @classmethod
+    def decode(cls, text: str) -> RunSpec:
+        return cls.from_dict(_decode(text))
+
+
+@dataclass(frozen=True)
+class ProbeSpec:
+    """An allreduce bandwidth probe over the same placement as the runs with that many ranks."""
+
+    sweep_id: str
+    probe_id: str
+    placement: Placement
+    nbytes: int
+    iterations: int
+    device: str
+    threads_per_rank: int
+
+    @property
+    def world_size(self) -> int:
+        return sum(h.slots for h in self.placement)
+
+    @property
+    def hosts(self) -> str:
+        return format_hosts(self.placement)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ProbeSpec:
+        fields = dict(data)
+        fields["placement"] = tuple(HostSlots(**h) for h in data["placement"])
+        return cls(**fields)
+
+    def encode(self) -> str:
+        return _encode(self.to_dict())
+
+    @classmethod
+    def decode(cls, text: str) -> ProbeSpec:
+        return cls.from_dict(_decode(text))

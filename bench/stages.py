@@ -1,0 +1,288 @@
+"""The stages of a sweep, in order: `prepare` (resume or start fresh, connect to the nodes,
+validate, plan), then `execute_sweep` (probe allreduce bandwidth once per GPU count, launch each
+run as its own process group, write the report).
+
+Each row is stored the moment its run ends; Ctrl-C (or SIGTERM) stops the current run, records
+it as interrupted, writes the report from what finished, and `--resume DIR` continues later.
+bench.scaling (the command line) imports this module only once the request has been checked.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import signal
+import socket
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from tqdm import tqdm
+
+from bench import report, rows
+from bench.config import (
+    BenchConfig,
+    ConfigError,
+    Environment,
+    Request,
+    horovod_problem,
+    resolve,
+    validate,
+)
+from bench.hosts import ClusterConfig
+from bench.launchers import ExecResult, Launcher, RemoteError
+from bench.launchers.local import LocalLauncher
+from bench.launchers.slurm import SlurmLauncher
+from bench.launchers.ssh import SshLauncher
+from bench.options import explicit_options
+from bench.plan import local_placement, plan_probes, plan_sweep
+from bench.rank import models
+from bench.results import ResultStore
+from bench.schema import Status
+from bench.spec import HostSlots, ProbeSpec, RunSpec
+from bench.sysinfo import collect_system_info
+
+
+@dataclass
+class Sweep:
+    """One sweep as its stages fill it in: configuration and store, then its plan."""
+
+    config: BenchConfig
+    store: ResultStore
+    meta: dict[str, Any]
+    runs: list[RunSpec] = field(default_factory=list)
+    probes: list[ProbeSpec] = field(default_factory=list)
+    unavailable: dict[str, str] = field(default_factory=dict)  # launcher -> why it cannot run
+    # What runs each launch: this machine, the --hosts nodes over ssh, or Slurm jobs.
+    launcher: Launcher = field(default_factory=LocalLauncher)
+
+
+def unavailable_launchers(config: BenchConfig, env: Environment) -> dict[str, str]:
+    """Launchers in the sweep that cannot run here (only possible when not asked for by name:
+    validation rejects an explicit --launchers horovod that cannot run)."""
+    problems = {}
+    if "horovod" in config.launchers:
+        problem = horovod_problem(env, config.device)
+        if problem:
+            problems["horovod"] = problem
+    return problems
+
+
+def hosts_for(config: BenchConfig) -> tuple[HostSlots, ...]:
+    """The hosts runs are placed on: this machine, with as many slots as the largest run."""
+    return local_placement(max(config.gpu_counts))
+
+
+def connect(cluster: ClusterConfig | None) -> SshLauncher | None:
+    """For --hosts: every node reachable over ssh and surveyed, before anything is planned."""
+    if cluster is None or cluster.slurm:
+        return None
+    nodes = SshLauncher(cluster)
+    try:
+        nodes.survey()
+    except RemoteError as exc:
+        raise ConfigError("  - " + str(exc).replace("\n", "\n    ")) from None
+    return nodes
+
+
+def saved_sweep(request: Request, argv: Sequence[str]) -> Sweep | None:
+    """--resume: the saved configuration and its store; None for a fresh sweep."""
+    if request.resume is None:
+        return None
+    others = [o for o in explicit_options(argv) if o not in ("--resume", "--no-progress")]
+    if others:
+        raise ConfigError(f"  - --resume reuses the saved configuration; drop {', '.join(others)}")
+    store = ResultStore(request.resume)
+    if not store.sweep_json.exists():
+        raise ConfigError(f"  - --resume: {store.sweep_json} does not exist")
+    meta = store.read_meta()
+    if "workload" not in meta.get("config", {}):
+        raise ConfigError(
+            f"  - --resume: {store.sweep_json} was written before the knobs were declared "
+            "once (no 'workload' in its config); start a new sweep"
+        )
+    meta.setdefault("resumed_at", []).append(rows.now_iso())
+    return Sweep(BenchConfig.from_dict(meta["config"]), store, meta)
+
+
+def fresh_sweep(request: Request, env: Environment) -> Sweep:
+    """A new sweep directory under --out, named by time and host (not created until it runs)."""
+    config = resolve(request, env)
+    base = f"{datetime.now():%Y%m%d-%H%M%S}-{socket.gethostname()}"
+    sweep_id, suffix = base, 1
+    while (Path(config.out_root) / sweep_id).exists():  # two sweeps in one second
+        suffix += 1
+        sweep_id = f"{base}-{suffix}"
+    store = ResultStore(Path(config.out_root) / sweep_id)
+    return Sweep(config, store, {"sweep_id": sweep_id, "config": config.to_dict()})
+
+
+def choose_launcher(sweep: Sweep, nodes: SshLauncher | None) -> Launcher:
+    """Where the launches run; --hosts nodes are checked for the launchers that run there."""
+    config = sweep.config
+    if nodes is not None:
+        try:
+            nodes.check([x for x in config.launchers if x not in sweep.unavailable], config.device)
+        except RemoteError as exc:
+            raise ConfigError("  - " + str(exc).replace("\n", "\n    ")) from None
+        return nodes
+    if config.cluster is not None:
+        return SlurmLauncher(config.cluster, config.device)
+    return LocalLauncher()
+
+
+def plan(sweep: Sweep, env: Environment) -> None:
+    """The runs and probes, in order, and the system facts saved with them."""
+    config, meta = sweep.config, sweep.meta
+    hosts = hosts_for(config)
+    sweep.runs = plan_sweep(config, meta["sweep_id"], hosts, env.cores)
+    sweep.probes = plan_probes(config, meta["sweep_id"], hosts, env.cores)
+    meta["system"] = collect_system_info(env)
+    if isinstance(sweep.launcher, SshLauncher):
+        meta["system"]["nodes"] = [dataclasses.asdict(i) for i in sweep.launcher.infos.values()]
+    meta["planned_runs"] = [s.run_id for s in sweep.runs]
+
+
+def prepare(request: Request, argv: Sequence[str], env: Environment) -> Sweep:
+    """Resume or start fresh, connect to the nodes, validate and plan. Nothing runs yet."""
+    saved = saved_sweep(request, argv)
+    nodes = connect(saved.config.cluster if saved else request.cluster)
+    if nodes is not None:
+        env = nodes.environment(env)  # what the nodes have decides, not this machine
+    sweep = saved or fresh_sweep(request, env)
+    validate(sweep.config, env, models.available_models())
+    sweep.unavailable = unavailable_launchers(sweep.config, env)
+    sweep.launcher = choose_launcher(sweep, nodes)
+    plan(sweep, env)
+    return sweep
+
+
+def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def announce(sweep: Sweep, resumed: bool, launched: int, probes: int, done: int) -> None:
+    config = sweep.config
+    print(
+        f"bench: {'resuming' if resumed else 'sweep'} {sweep.store.directory}: launching "
+        f"{launched} run(s) and {probes} probe(s); {done} run(s) already done; "
+        f"device {config.device}, GPU counts {list(config.gpu_counts)}, "
+        f"launchers {list(config.launchers)}",
+        file=sys.stderr,
+    )
+    for launcher, reason in sweep.unavailable.items():
+        print(f"bench: {launcher} unavailable, its runs are recorded as such: {reason}",
+              file=sys.stderr)  # fmt: skip
+
+
+class Progress:
+    """The sweep's clock and progress bar; `save` writes sweep.json with the state so far."""
+
+    def __init__(self, sweep: Sweep, total: int, shown: bool) -> None:
+        self.sweep = sweep
+        self.started = time.monotonic()
+        self.previous_elapsed = float(sweep.meta.get("elapsed_s") or 0.0)
+        sweep.meta.setdefault("started_at", rows.now_iso())
+        self.bar = tqdm(total=total, disable=not shown, unit="launch", desc="sweep",
+                        dynamic_ncols=True)  # fmt: skip
+
+    def save(self, state: str) -> None:
+        meta = self.sweep.meta
+        meta["state"] = state
+        meta["elapsed_s"] = self.previous_elapsed + time.monotonic() - self.started
+        self.sweep.store.write_meta(meta)
+
+    def done(self, label: str, outcome: str = "") -> None:
+        self.save("running")
+        self.bar.update()
+        if outcome:
+            self.bar.write(f"bench: {label}: {outcome}", file=sys.stderr)
+
+
+def launch_one(sweep: Sweep, spec: RunSpec | ProbeSpec, launcher: Launcher) -> ExecResult:
+    """One probe or run on the launcher, its output in logs/<id>.log."""
+    name = spec.probe_id if isinstance(spec, ProbeSpec) else spec.run_id
+    return launcher.run(spec, sweep.config.timeout_s, sweep.store.logs / f"{name}.log")
+
+
+def run_all(sweep: Sweep, runs: list[RunSpec], probes: list[ProbeSpec],
+            launcher: Launcher, progress: Progress) -> None:  # fmt: skip
+    """Probes first, then runs, each row stored the moment it is known. On an interrupt the
+    run in progress is recorded as interrupted and the interrupt propagates."""
+    store = sweep.store
+    for spec in runs:
+        if spec.launcher in sweep.unavailable:
+            reason = sweep.unavailable[spec.launcher]
+            store.runs.append(
+                rows.not_measured_row(spec, Status.UNAVAILABLE, reason, rows.now_iso())
+            )
+    for probe in probes:
+        progress.bar.set_postfix_str(probe.probe_id)
+        started_at = rows.now_iso()
+        store.probes.append(rows.probe_row(probe, launch_one(sweep, probe, launcher), started_at))
+        progress.done(probe.probe_id)
+    for spec in runs:
+        if spec.launcher in sweep.unavailable:
+            continue
+        progress.bar.set_postfix_str(spec.run_id)
+        started_at = rows.now_iso()
+        try:
+            result = launch_one(sweep, spec, launcher)
+        except KeyboardInterrupt:
+            reason = "sweep interrupted (Ctrl-C/SIGTERM)"
+            store.runs.append(rows.not_measured_row(spec, Status.INTERRUPTED, reason, started_at))
+            raise
+        row = rows.run_row(spec, result, started_at, sweep.config.timeout_s)
+        store.runs.append(row)
+        outcome = f"{row.throughput:.1f} img/s" if row.throughput is not None else row.status
+        progress.done(spec.run_id, outcome)
+
+
+def execute_sweep(sweep: Sweep, progress: bool = True, launcher: Launcher | None = None) -> str:
+    """Run every pending probe and run; returns the final state ("complete" or "interrupted").
+
+    launcher: instead of the sweep's own (tests).
+    """
+    store = sweep.store
+    launcher = launcher or sweep.launcher
+    resumed = store.sweep_json.exists()
+    if resumed:
+        store.drop_retried()
+    else:
+        store.create(sweep.meta)
+    done_runs, done_probes = store.finished_run_ids(), store.finished_probe_ids()
+    runs = [s for s in sweep.runs if s.run_id not in done_runs]
+    probes = [p for p in sweep.probes if p.probe_id not in done_probes]
+    launched = len([s for s in runs if s.launcher not in sweep.unavailable])
+    announce(sweep, resumed, launched, len(probes), len(sweep.runs) - len(runs))
+    previous_handler = signal.signal(signal.SIGTERM, _raise_interrupt)
+    clock = Progress(sweep, launched + len(probes), progress)
+    state = "interrupted"
+    try:
+        clock.save("running")
+        run_all(sweep, runs, probes, launcher, clock)
+        state = "complete"
+    except KeyboardInterrupt:
+        print("\nbench: interrupted; finished runs are kept. Continue with "
+              f"--resume {store.directory}", file=sys.stderr)  # fmt: skip
+    finally:
+        clock.bar.close()
+        signal.signal(signal.SIGTERM, previous_handler)
+        clock.save(state)
+        print(f"bench: report {report.write_report(store.directory)}", file=sys.stderr)
+    return state
+
+
+def all_runs_ok(sweep: Sweep) -> bool:
+    """Whether every row of the sweep is a measured run (exit status 0 rather than 1)."""
+    recorded = sweep.store.runs.rows()
+    return bool(recorded) and all(r.status == Status.OK.value for r in recorded)
+
+
+def print_table(sweep: Sweep) -> None:
+    points = report.summarise(sweep.store.runs.rows(), sweep.store.probes.rows())
+    print("\n".join(report.scaling_table(points)))

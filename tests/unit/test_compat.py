@@ -1,0 +1,138 @@
+"""compat.yml, the one compatibility table: internally consistent, mirrored by the README's support
+matrix and by the stand-in repo's manifest (tests/standin/packages.yml)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPAT = yaml.safe_load((ROOT / "compat.yml").read_text())
+MANIFEST = yaml.safe_load((ROOT / "tests/standin/packages.yml").read_text())
+STANDIN_DISTROS = ("ubuntu2004", "ubuntu2204", "ubuntu2404", "debian12", "debian13")
+DISTROS = list(COMPAT["distros"])
+
+
+def cuda_major(release: str) -> str:
+    return release.split(".")[0]
+
+
+def render_matrix(compat: dict) -> str:
+    """The README's support-matrix table, as compat.yml states it."""
+    rows = [
+        "| OS | support | driver branches (NVIDIA repo) | CUDA releases | default |",
+        "|---|---|---|---|---|",
+    ]
+    for entry in compat["distros"].values():
+        cuda = entry["cuda"]
+        releases = cuda[0] if len(cuda) == 1 else f"{cuda[0]} to {cuda[-1]}"
+        default = f"{entry['default']['branch']} + CUDA {entry['default']['cuda']}"
+        rows.append(
+            f"| {entry['name']} | {entry['support']} | {', '.join(entry['branches'])} "
+            f"| {releases} | {default} |"
+        )
+    return "\n".join(rows)
+
+
+def readme_matrix() -> str:
+    text = (ROOT / "README.md").read_text()
+    found = re.search(r"<!-- compat-matrix:[^>]*-->\n(.*?)\n<!-- /compat-matrix -->", text, re.S)
+    assert found, "README.md lost its compat-matrix block"
+    return found.group(1)
+
+
+def test_readme_support_matrix_follows_compat_yml():
+    assert readme_matrix() == render_matrix(COMPAT)
+
+
+def test_standin_serves_every_distro_in_the_table():
+    assert sorted(DISTROS) == sorted(STANDIN_DISTROS)
+
+
+@pytest.mark.parametrize("distro", DISTROS)
+def test_default_combination_is_allowed_by_the_table(distro):
+    entry = COMPAT["distros"][distro]
+    branch, cuda = entry["default"]["branch"], entry["default"]["cuda"]
+    assert branch in entry["branches"]
+    assert cuda in entry["cuda"]
+    assert COMPAT["cuda"][cuda]["min_branch"] <= int(branch)
+    assert "nccl" in COMPAT["cuda"][cuda], f"no default NCCL for CUDA {cuda}"
+    assert cuda_major(cuda) in COMPAT["cuda_major"]
+
+
+@pytest.mark.parametrize("distro", DISTROS)
+def test_listed_cuda_releases_are_known_and_ordered(distro):
+    releases = COMPAT["distros"][distro]["cuda"]
+    assert all(release in COMPAT["cuda"] for release in releases)
+    order = list(COMPAT["cuda"])
+    assert [order.index(r) for r in releases] == sorted(order.index(r) for r in releases)
+
+
+def test_cuda_13_needs_580_and_skips_ubuntu_2004():
+    for release, entry in COMPAT["cuda"].items():
+        if cuda_major(release) == "13":
+            assert entry["min_branch"] >= 580
+    assert not [r for r in COMPAT["distros"]["ubuntu2004"]["cuda"] if cuda_major(r) == "13"]
+    assert "ESM" in COMPAT["distros"]["ubuntu2004"]["support"]
+
+
+def test_default_is_the_newest_cuda_12_the_default_branch_supports_where_published():
+    for distro, entry in COMPAT["distros"].items():
+        branch = int(entry["default"]["branch"])
+        cuda12 = [
+            r
+            for r in entry["cuda"]
+            if cuda_major(r) == "12" and COMPAT["cuda"][r]["min_branch"] <= branch
+        ]
+        expected = cuda12[-1] if cuda12 else entry["cuda"][-1]
+        assert entry["default"]["cuda"] == expected, distro
+
+
+def test_torch_index_matches_the_cuda_major():
+    for major, entry in COMPAT["cuda_major"].items():
+        assert re.fullmatch(
+            rf"https://download\.pytorch\.org/whl/cu{major}\d", entry["torch_index"]
+        )
+
+
+def standin_versions(distro: str) -> dict[str, set[str]]:
+    """{package: versions} the stand-in's manifest builds for one distro."""
+    found: dict[str, set[str]] = {}
+    for pkg in MANIFEST["nvidia"]:
+        if distro not in pkg.get("distros", STANDIN_DISTROS):
+            continue
+        for version in pkg["versions"]:
+            found.setdefault(pkg["name"], set()).add(str(version))
+    return found
+
+
+@pytest.mark.parametrize("distro", DISTROS)
+def test_standin_carries_the_default_stack_of_each_distro(distro):
+    entry = COMPAT["distros"][distro]
+    branch, cuda = entry["default"]["branch"], entry["default"]["cuda"]
+    major, minor = cuda.split(".")
+    offered = standin_versions(distro)
+    assert offered.get(f"cuda-drivers-{branch}")
+    assert offered.get(f"cuda-toolkit-{major}-{minor}")
+    cudnn = COMPAT["cuda_major"][major]["cudnn"]
+    for name in (f"cudnn9-cuda-{major}", f"libcudnn9-cuda-{major}", f"libcudnn9-dev-cuda-{major}"):
+        assert f"{cudnn}-1" in offered.get(name, set()), name
+    nccl = f"{COMPAT['cuda'][cuda]['nccl']}+cuda{cuda}"
+    assert nccl in offered.get("libnccl2", set()) and nccl in offered.get("libnccl-dev", set())
+
+
+@pytest.mark.parametrize("distro", DISTROS)
+def test_standin_offers_no_branch_or_cuda_the_table_does_not_publish(distro):
+    entry = COMPAT["distros"][distro]
+    offered = standin_versions(distro)
+    branches = {m.group(1) for n in offered if (m := re.fullmatch(r"cuda-drivers-(\d{3})", n))}
+    assert branches <= set(entry["branches"])
+    toolkits = {
+        f"{m.group(1)}.{m.group(2)}"
+        for n in offered
+        if (m := re.fullmatch(r"cuda-toolkit-(\d+)-(\d+)", n))
+    }
+    assert toolkits <= set(entry["cuda"])

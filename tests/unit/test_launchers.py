@@ -1,0 +1,244 @@
+"""The launchers' shared parts: the argv builders, the local backend, and the one stop policy.
+
+The ssh and Slurm backends are in test_ssh.py and test_slurm.py; the test that every backend
+runs exactly the builders' argv for the same spec is test_backends_agree.py.
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from bench_builders import config_for, cpu_machine, gpu_machine
+
+from bench.launchers import PROBE_MODULE, WORKER_MODULE, launch_of, rank_environment
+from bench.launchers.argv import (
+    JOIN_TIMEOUT_S,
+    Tools,
+    free_port,
+    horovodrun_argv,
+    shell_join,
+    torchrun_argv,
+)
+from bench.launchers.local import LocalLauncher, execute
+from bench.launchers.stop import (
+    StopPolicy,
+    node_timeout_argv,
+    stop_script,
+    stop_slurm_job,
+    stop_tree,
+)
+from bench.plan import local_placement, plan_probes, plan_sweep
+from bench.spec import HostSlots, RunSpec
+
+TOOLS = Tools(python="/venv/bin/python", horovodrun="/venv/bin/horovodrun")
+QUICK = StopPolicy(grace_s=1.0)
+
+
+# ---------------------------------------------------------------- the argv builders
+
+
+def test_torchrun_argv() -> None:
+    argv = torchrun_argv(
+        "/venv/bin/python", nnodes=2, nproc_per_node=8, endpoint="node1:29400", rdzv_id="run1",
+        module="bench.rank.worker", args=["--spec", "X"], is_host=True, local_addr="10.0.0.1",
+        log_dir="/tmp/gpustack-bench/t/node1",
+    )  # fmt: skip
+    assert argv == [
+        "/venv/bin/python", "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=8",
+        "--rdzv-backend=c10d", "--rdzv-endpoint=node1:29400", "--rdzv-id=run1",
+        f"--rdzv-conf=is_host=1,join_timeout={JOIN_TIMEOUT_S}", "--max-restarts=0",
+        "--local-addr=10.0.0.1", "--log-dir=/tmp/gpustack-bench/t/node1", "--tee=3",
+        "--module", "bench.rank.worker", "--spec", "X",
+    ]  # fmt: skip
+    bare = torchrun_argv("py", nnodes=1, nproc_per_node=1, endpoint="h:1", rdzv_id="r",
+                         module="m", args=[], is_host=False)  # fmt: skip
+    assert "--rdzv-conf=is_host=0,join_timeout=300" in bare
+    assert not [a for a in bare if a.startswith(("--local-addr", "--log-dir", "--tee"))]
+
+
+def test_horovodrun_argv_uses_gloo_and_one_start_timeout_everywhere() -> None:
+    argv = horovodrun_argv(
+        "/venv/bin/horovodrun", "/venv/bin/python", np=16, hosts="node1:8,node2:8",
+        module="bench.rank.worker", args=["--spec", "X"], network_interfaces="eth0",
+        ssh_port=2222, ssh_identity_file="/k/id",
+    )  # fmt: skip
+    assert argv == [
+        "/venv/bin/horovodrun", "-np", "16", "-H", "node1:8,node2:8", "--gloo",
+        "--start-timeout", str(JOIN_TIMEOUT_S), "--network-interfaces", "eth0", "-p", "2222",
+        "--ssh-identity-file", "/k/id", "/venv/bin/python", "-m", "bench.rank.worker",
+        "--spec", "X",
+    ]  # fmt: skip
+    local = horovodrun_argv("h", "py", np=2, hosts="localhost:2", module="m", args=[])
+    assert local == ["h", "-np", "2", "-H", "localhost:2", "--gloo", "--start-timeout", "300",
+                     "py", "-m", "m"]  # fmt: skip
+
+
+def test_shell_join_expands_only_the_named_variables() -> None:
+    argv = ["--rdzv-endpoint=${head}:29400", "it's", "${HOME}", "$head"]
+    line = shell_join(argv, ["head"])
+    done = subprocess.run(
+        ["bash", "-c", f"head=nodeA; printf '%s\\n' {line}"], capture_output=True, text=True
+    )
+    assert done.stdout.splitlines() == ["--rdzv-endpoint=nodeA:29400", "it's", "${HOME}", "$head"]
+    assert shell_join(["a b", ""]) == "'a b' ''"
+
+
+def test_building_a_command_changes_nothing() -> None:
+    config = config_for(["--gpus", "2"], cpu_machine())
+    spec = next(s for s in plan_sweep(config, "s", local_placement(2), 2) if s.launcher == "ddp")
+    launcher = LocalLauncher(TOOLS)
+    before = dict(vars(launcher))
+    first, second = (launcher.command(launch_of(spec), port=29500) for _ in range(2))
+    assert first == second and vars(launcher) == before
+
+
+# ---------------------------------------------------------------- what a spec asks for
+
+
+def test_a_spec_is_read_once_into_a_launch() -> None:
+    config = config_for(["--gpus", "2", "--launchers", "ddp,horovod"], cpu_machine())
+    ddp, hvd = plan_sweep(config, "s", local_placement(2), 2)[:2]
+    launch = launch_of(ddp)
+    assert (launch.launch_id, launch.launcher, launch.module) == (ddp.run_id, "ddp", WORKER_MODULE)
+    assert RunSpec.decode(launch.args[1]) == ddp and launch.args[0] == "--spec"
+    assert launch_of(hvd).launcher == "horovod"
+    (probe,) = plan_probes(config, "s", local_placement(2), 2)
+    assert (launch_of(probe).launcher, launch_of(probe).module) == ("ddp", PROBE_MODULE)
+
+
+def test_rank_environment_sets_threads_for_both_launchers(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("NCCL_DEBUG", raising=False)
+    env = rank_environment(3, "cpu")
+    assert env["OMP_NUM_THREADS"] == "3" and env["MKL_NUM_THREADS"] == "3"
+    assert "NCCL_DEBUG" not in env
+    assert rank_environment(1, "cuda")["NCCL_DEBUG"] == "INFO"
+    monkeypatch.setenv("NCCL_DEBUG", "WARN")  # the user's choice wins
+    assert "NCCL_DEBUG" not in rank_environment(1, "cuda")
+
+
+# ---------------------------------------------------------------- the local backend
+
+
+def test_local_commands_carry_the_spec_and_the_thread_share() -> None:
+    config = config_for(["--gpus", "2"], cpu_machine())
+    specs = plan_sweep(config, "s", local_placement(2), 2)
+    ddp = LocalLauncher(TOOLS).command(launch_of(next(s for s in specs if s.launcher == "ddp")))
+    assert ddp.argv[:3] == ("/venv/bin/python", "-m", "torch.distributed.run")
+    assert ddp.env["OMP_NUM_THREADS"] == "1"
+    hvd_spec = next(s for s in specs if s.launcher == "horovod")
+    hvd = LocalLauncher(TOOLS).command(launch_of(hvd_spec))
+    assert hvd.argv[:5] == ("/venv/bin/horovodrun", "-np", "2", "-H", "localhost:2")
+    gpu = config_for(["--gpus", "4", "--launchers", "horovod"], gpu_machine(gpus=4))
+    (spec,) = plan_sweep(gpu, "s", local_placement(4), cores_per_host=32)[:1]
+    assert LocalLauncher(TOOLS).command(launch_of(spec)).env["OMP_NUM_THREADS"] == "8"
+
+
+def test_local_launcher_refuses_other_hosts() -> None:
+    config = config_for(["--gpus", "2"], cpu_machine())
+    (spec,) = plan_sweep(config, "s", (HostSlots("node1", 1), HostSlots("node2", 1)), 2)[:1]
+    with pytest.raises(ValueError, match="node1:1,node2:1"):
+        LocalLauncher(TOOLS).command(launch_of(spec))
+
+
+def test_execute_captures_output_and_status(tmp_path: Path) -> None:
+    log = tmp_path / "logs" / "run.log"
+    code = "import sys; print('out'); print('err', file=sys.stderr); sys.exit(3)"
+    result = execute([sys.executable, "-c", code], {"X": "1"}, 30, log)
+    assert (result.returncode, result.timed_out) == (3, False)
+    assert "out" in result.output and "err" in result.output
+    assert log.read_text() == result.output
+
+
+def test_free_port_is_bindable() -> None:
+    port = free_port()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))
+    assert 0 < port < 65536
+
+
+# ---------------------------------------------------------------- the stop policy
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _wait_dead(pid: int, within_s: float = 10) -> bool:
+    deadline = time.monotonic() + within_s
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not _alive(pid)
+
+
+# A launcher whose child ignores the first signal and left its session (as torchrun's ranks do)
+STUBBORN = (
+    "import signal, subprocess, sys, time\n"
+    "child = subprocess.Popen([sys.executable, '-c', 'import signal, time; "
+    'signal.signal(signal.SIGTERM, lambda *a: print("child got TERM", flush=True)); '
+    "time.sleep(600)'], start_new_session=True)\n"
+    "open(sys.argv[1], 'w').write(str(child.pid))\n"
+    "time.sleep(600)\n"
+)
+
+
+def test_timeout_stops_the_whole_tree_term_then_kill(tmp_path: Path) -> None:
+    pid_file = tmp_path / "child.pid"
+    launcher = LocalLauncher(policy=QUICK)
+    result = execute([sys.executable, "-c", STUBBORN, str(pid_file)], {}, 3, tmp_path / "t.log",
+                     launcher.policy)  # fmt: skip
+    assert result.timed_out and result.returncode is None
+    assert "child got TERM" in result.output  # the first signal reached the detached child
+    assert _wait_dead(int(pid_file.read_text()))  # and the last one ended it
+
+
+def test_stop_tree_with_another_policy_sends_its_signals(tmp_path: Path) -> None:
+    code = ("import signal, time\n"
+            "signal.signal(signal.SIGINT, lambda *a: print('INT', flush=True) or exit(0))\n"
+            "print('ready', flush=True); time.sleep(600)\n")  # fmt: skip
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout and proc.stdout.readline() == "ready\n"
+    stop_tree(proc, StopPolicy(grace_s=5, first=signal.SIGINT))
+    assert proc.returncode == 0 and proc.stdout.read() == "INT\n"
+
+
+def test_the_policy_reads_the_same_in_every_form() -> None:
+    policy = StopPolicy(grace_s=7)
+    assert node_timeout_argv(30, policy) == ["timeout", "--signal=TERM", "--kill-after=7s", "30s"]
+    script = stop_script("TAG", "run-1", policy)
+    assert "kill -TERM $pids" in script and "kill -KILL $pids" in script
+    assert "end=$(($(date +%s) + 7))" in script  # the grace period before the last signal
+    with pytest.raises(ValueError, match="unsafe run id"):
+        stop_script("TAG", "x; rm -rf /", policy)
+
+
+def test_a_slurm_job_is_stopped_with_the_same_steps(tmp_path: Path) -> None:
+    calls_file = tmp_path / "calls"
+    scancel = tmp_path / "scancel"
+    scancel.write_text(f'#!/bin/sh\necho "$*" >> {calls_file}\n')
+    scancel.chmod(0o755)
+    waited: list[float] = []
+
+    def never_ends(seconds: float) -> bool:
+        waited.append(seconds)
+        return False
+
+    stop_slurm_job("4242", never_ends, StopPolicy(grace_s=3), str(scancel))
+    assert waited == [3]
+    assert calls_file.read_text().splitlines() == [
+        "--signal=TERM --full 4242", "--signal=KILL --full 4242", "4242",
+    ]  # fmt: skip
+    calls_file.unlink()
+    stop_slurm_job("4243", lambda seconds: True, StopPolicy(grace_s=3), str(scancel))
+    assert calls_file.read_text().splitlines() == ["--signal=TERM --full 4243"]
+    with pytest.raises(ValueError, match="not a Slurm job id"):
+        stop_slurm_job("1; rm -rf /", never_ends, scancel=str(scancel))

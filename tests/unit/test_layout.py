@@ -1,0 +1,99 @@
+"""The package's shape: no import cycle in bench, and the rank side apart from the controller."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+# What rank processes (bench.rank, started by torchrun/horovodrun) may import from bench.
+RANK_MAY_IMPORT = ("bench.rank", "bench.spec")
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(BENCH.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def bench_modules() -> dict[str, Path]:
+    return {module_name(p): p for p in sorted(BENCH.rglob("*.py"))}
+
+
+def imports_of(path: Path, modules: dict[str, Path]) -> set[str]:
+    """bench modules a file imports anywhere (top level, functions, TYPE_CHECKING blocks)."""
+    found: set[str] = set()
+    package = (
+        module_name(path) if path.name == "__init__.py" else module_name(path).rsplit(".", 1)[0]
+    )
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            found.add(base)
+            found.update(f"{base}.{a.name}" for a in node.names)
+    return {name for name in found if name in modules and name != module_name(path)}
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = bench_modules()
+    return {name: imports_of(path, modules) for name, path in modules.items()}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str]:
+    """One import cycle as a path [a, b, ..., a], or [] when there is none."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str]:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return [*path[path.index(nxt) :], nxt]
+            if nxt not in state:
+                cycle = visit(nxt)
+                if cycle:
+                    return cycle
+        path.pop()
+        state[node] = 2
+        return []
+
+    for node in sorted(graph):
+        if node not in state:
+            cycle = visit(node)
+            if cycle:
+                return cycle
+    return []
+
+
+def test_the_graph_sees_the_imports_it_must_see() -> None:
+    graph = import_graph()
+    assert "bench.rank.worker" in graph and "bench.config" in graph
+    assert {"bench.rank.engines", "bench.spec"} <= graph["bench.rank.worker"]
+    assert "bench.hosts" in graph["bench.config"]
+
+
+def test_cycle_finder_finds_a_cycle() -> None:
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) == []
+
+
+def test_bench_has_no_import_cycle() -> None:
+    assert find_cycle(import_graph()) == []
+
+
+def test_rank_side_imports_no_controller_module() -> None:
+    graph = import_graph()
+    rank = [name for name in graph if name.startswith("bench.rank")]
+    assert len(rank) >= 8
+    for name in rank:
+        outside = sorted(m for m in graph[name] if not m.startswith(RANK_MAY_IMPORT))
+        assert outside == [], f"{name} imports controller modules {outside}"
+
+
+def test_bench_spec_imports_nothing_of_bench() -> None:
+    assert import_graph()["bench.spec"] == set()

@@ -1,0 +1,424 @@
+"""Real-data input: the JPEG folder helper, sharding, DataLoader settings, the GPU augmentation
+and nvJPEG decode paths run on CPU tensors, the loader-only rate and the loader refusals."""
+
+from __future__ import annotations
+
+import io
+import math
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy
+import pytest
+import torch
+from PIL import Image
+
+from bench import datasets, loaders
+from bench.rank import data
+from bench.rank.loaders import augment, folder, nvjpeg, torch_loader
+from bench.rank.models import import_submodule
+
+CPU = torch.device("cpu")
+
+
+@pytest.fixture(scope="module")
+def jpeg_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("jpegs") / "train"
+    datasets.make_jpeg_folder(root, images=24, size=(40, 30), classes=3, seed=1)
+    return root
+
+
+# --- the data-set helper and the ImageFolder listing -------------------------------------------
+
+
+def test_make_jpeg_folder_writes_decodable_jpegs_of_the_size_in_each_class(
+    jpeg_folder: Path,
+) -> None:
+    files = sorted(jpeg_folder.rglob("*.JPEG"))
+    assert len(files) == 24
+    assert sorted(p.name for p in jpeg_folder.iterdir()) == ["class_000", "class_001", "class_002"]
+    assert all(len(list((jpeg_folder / c).iterdir())) == 8 for c in ("class_000", "class_001"))
+    with Image.open(files[0]) as image:
+        assert (image.format, image.size, image.mode) == ("JPEG", (40, 30), "RGB")
+        pixels = torch.from_numpy(numpy.array(image)).float()
+    assert pixels.std() > 5  # not a flat colour: decoding costs what a photograph's does
+
+
+def test_make_jpeg_folder_is_reproducible_and_refuses_a_non_empty_directory(
+    tmp_path: Path,
+) -> None:
+    a = datasets.make_jpeg_folder(tmp_path / "a", images=3, size=(16, 16), classes=1, seed=5)
+    b = datasets.make_jpeg_folder(tmp_path / "b", images=3, size=(16, 16), classes=1, seed=5)
+    assert [p.read_bytes() for p in a] == [p.read_bytes() for p in b]
+    with pytest.raises(folder.DatasetError, match="not empty"):
+        datasets.make_jpeg_folder(tmp_path / "a", images=3, size=(16, 16), classes=1)
+    with pytest.raises(folder.DatasetError, match="at least as many images"):
+        datasets.make_jpeg_folder(tmp_path / "c", images=2, size=(16, 16), classes=3)
+
+
+def test_cli_makes_and_checks_a_folder_and_reports_errors_with_status_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tmp_path / "set"
+    args = ["make-jpeg-folder", str(root), "--images", "4", "--size", "20x10", "--classes", "2"]
+    assert datasets.main(args) == 0
+    assert datasets.main(["check", str(root)]) == 0
+    assert "4 images in 2 classes" in capsys.readouterr().out
+    assert datasets.main(args) == 2
+    assert "not empty" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        datasets.main(["make-jpeg-folder", str(tmp_path / "x"), "--size", "20by10"])
+
+
+def test_imagenet_train_layout_lists_like_torchvision_imagefolder(tmp_path: Path) -> None:
+    """train/<wnid>/<wnid>_<n>.JPEG as extracted, plus a file that is no image."""
+    for wnid in ("n01440764", "n01443537"):
+        (tmp_path / wnid).mkdir()
+        for n in (10026, 2):
+            Image.new("RGB", (8, 8)).save(tmp_path / wnid / f"{wnid}_{n}.JPEG", "JPEG")
+    (tmp_path / "n01440764" / "README.txt").write_text("not an image")
+    classes, samples = folder.list_images(tmp_path)
+    reference = import_submodule("datasets").ImageFolder(
+        str(tmp_path), loader=import_submodule("datasets").folder.pil_loader
+    )
+    assert classes == reference.classes == ["n01440764", "n01443537"]
+    assert samples == reference.samples
+    assert len(samples) == 4
+
+
+def test_list_images_refuses_what_no_loader_can_read(tmp_path: Path) -> None:
+    with pytest.raises(folder.DatasetError, match="not a directory"):
+        folder.list_images(tmp_path / "absent")
+    with pytest.raises(folder.DatasetError, match="no class subdirectories"):
+        folder.list_images(tmp_path)
+    (tmp_path / "cls").mkdir()
+    with pytest.raises(folder.DatasetError, match="no image files"):
+        folder.list_images(tmp_path)
+
+
+# --- sharding and DataLoader settings -----------------------------------------------------------
+
+
+def shard(rank: int, world: int, epoch: int, seed: int = 0, n: int = 103) -> list[int]:
+    sampler = torch_loader.distributed_sampler(list(range(n)), rank, world, seed)
+    sampler.set_epoch(epoch)
+    return list(sampler)
+
+
+def test_shards_are_disjoint_across_ranks_of_all_nodes() -> None:
+    world = 8  # e.g. 2 nodes x 4 GPUs: global ranks 0..7
+    shards = [shard(rank, world, epoch=0) for rank in range(world)]
+    flat = [i for s in shards for i in s]
+    assert len(flat) == len(set(flat)) == (103 // world) * world  # drop_last: equal shards
+    assert all(len(s) == 103 // world for s in shards)
+
+
+def test_order_is_seeded_new_each_epoch_and_reproducible() -> None:
+    assert shard(1, 4, epoch=0) == shard(1, 4, epoch=0)
+    assert shard(1, 4, epoch=0) != shard(1, 4, epoch=1)
+    assert shard(1, 4, epoch=0, seed=0) != shard(1, 4, epoch=0, seed=1)
+    assert set(shard(1, 4, epoch=0)) != set(shard(1, 4, epoch=1))  # shards are reshuffled too
+
+
+def test_dataloader_settings_pin_persist_and_prefetch_only_with_workers() -> None:
+    with_workers = torch_loader.dataloader_settings(6, pin_memory=True)
+    assert with_workers["num_workers"] == 6 and with_workers["pin_memory"] is True
+    assert with_workers["persistent_workers"] is True
+    assert with_workers["prefetch_factor"] == torch_loader.PREFETCH_FACTOR
+    # torch refuses persistent_workers/prefetch_factor without workers
+    assert torch_loader.dataloader_settings(0, pin_memory=False) == {
+        "num_workers": 0,
+        "pin_memory": False,
+    }
+    assert torch_loader.queue_depth(6) == 6 * torch_loader.PREFETCH_FACTOR
+    assert data.queue_depth("nvjpeg", 0) == 1  # the batch decoded ahead
+
+
+# --- augmentation (the GPU path's functions on CPU tensors) -------------------------------------
+
+
+def test_crop_params_follow_torchvision_bounds() -> None:
+    rng = random.Random(0)
+    for height, width in [(300, 400), (30, 40), (500, 20), (20, 500)]:
+        for _ in range(200):
+            top, left, h, w = augment.random_resized_crop_params(height, width, rng)
+            assert top >= 0 and top + h <= height and left >= 0 and left + w <= width
+            assert h >= 1 and w >= 1
+    # so tall and narrow that no sampled crop fits: the largest centred crop of ratio 3/4
+    assert augment.random_resized_crop_params(500, 20, random.Random(1)) == (236, 0, 27, 20)
+    assert augment.random_resized_crop_params(20, 500, random.Random(1)) == (0, 236, 20, 27)
+
+
+def test_resized_crop_matches_torchvision() -> None:
+    functional = import_submodule("transforms.v2.functional")
+    image = torch.randint(0, 256, (3, 50, 70), dtype=torch.uint8)
+    ours = augment.resized_crop(image, (5, 7, 31, 43), 24)
+    theirs = functional.resized_crop(image.float(), 5, 7, 31, 43, [24, 24], antialias=True)
+    torch.testing.assert_close(ours, theirs)
+
+
+def test_augment_batch_normalises_flips_and_is_reproducible() -> None:
+    # a constant image: every crop and flip gives the same pixels, so only normalisation shows
+    grey = [torch.full((3, 30 + i, 40), 128, dtype=torch.uint8) for i in range(4)]
+    out = augment.augment_batch(grey, 16, random.Random(0), torch.channels_last)
+    assert out.shape == (4, 3, 16, 16) and out.dtype == torch.float32
+    assert out.is_contiguous(memory_format=torch.channels_last)
+    expected = [(128 / 255 - m) / s for m, s in zip(augment.MEAN, augment.STD, strict=True)]
+    torch.testing.assert_close(out[:, :, 5, 5], torch.tensor([expected] * 4))
+    # a left-to-right ramp: flipped images run right-to-left
+    ramp = torch.arange(64, dtype=torch.uint8).repeat(3, 64, 1)
+    batch = augment.augment_batch([ramp] * 16, 8, random.Random(3))
+    rising = batch[:, 0, 4, -1] > batch[:, 0, 4, 0]
+    assert 0 < int(rising.sum()) < 16
+    again = augment.augment_batch([ramp] * 16, 8, random.Random(3))
+    torch.testing.assert_close(batch, again)
+
+
+# --- decoding and the nvjpeg/torch loaders on CPU -----------------------------------------------
+
+
+def encode(image: Image.Image, kind: str = "JPEG") -> torch.Tensor:
+    buffer = io.BytesIO()
+    image.save(buffer, kind)
+    return torch.frombuffer(bytearray(buffer.getvalue()), dtype=torch.uint8)
+
+
+def test_cpu_decoder_reads_rgb_grey_cmyk_and_png_as_rgb() -> None:
+    decoder = nvjpeg.JpegDecoder(CPU)
+    assert decoder.backend in ("pil", "torchvision-cpu")
+    images = [
+        encode(Image.new("RGB", (12, 10), (250, 0, 0))),
+        encode(Image.new("L", (9, 7), 90)),
+        encode(Image.new("CMYK", (6, 5), (0, 255, 255, 0))),
+        encode(Image.new("RGB", (4, 3), (0, 0, 250)), "PNG"),  # ImageNet has one, named .JPEG
+    ]
+    decoded = decoder(images)
+    assert [tuple(d.shape) for d in decoded] == [(3, 10, 12), (3, 7, 9), (3, 5, 6), (3, 3, 4)]
+    assert all(d.dtype == torch.uint8 for d in decoded)
+    assert decoded[0][0].float().mean() > 200 and decoded[0][2].float().mean() < 50
+    assert decoded[3][2].float().mean() > 200
+
+
+def batches_of(fn: Any, root: Path, rank: int, world: int, workers: int) -> Iterator[data.Batch]:
+    return fn(str(root), 4, 16, workers, rank, world, CPU, torch.contiguous_format, 0)
+
+
+@pytest.mark.parametrize("loader", ["torch", "nvjpeg"])
+def test_cpu_loaders_yield_normalised_batches_of_their_shard(
+    loader: str, jpeg_folder: Path
+) -> None:
+    _, samples = folder.list_images(jpeg_folder)
+    fn = data.loader_function(loader)
+    images, labels = next(batches_of(fn, jpeg_folder, rank=1, world=2, workers=0))
+    assert images.shape == (4, 3, 16, 16) and images.dtype == torch.float32
+    assert -3 < images.min() < images.max() < 3  # normalised, not 0..255
+    assert labels.dtype == torch.int64 and set(labels.tolist()) <= {0, 1, 2}
+    # the labels are those of rank 1's shard in its epoch-0 order
+    expected = [samples[i][1] for i in shard(1, 2, epoch=0, n=len(samples))[:4]]
+    assert labels.tolist() == expected
+
+
+def test_nvjpeg_loader_with_workers_runs_epoch_after_epoch(jpeg_folder: Path) -> None:
+    batches = batches_of(data.loader_function("nvjpeg"), jpeg_folder, rank=0, world=1, workers=1)
+    seen = [next(batches)[1] for _ in range(12)]  # 24 images / batch 4 = 6 per epoch
+    assert len(seen) == 12
+
+
+def test_too_few_images_for_a_batch_on_every_rank_is_an_error(jpeg_folder: Path) -> None:
+    for loader in ("torch", "nvjpeg"):
+        fn = data.loader_function(loader)
+        with pytest.raises(ValueError, match="no full batch"):
+            next(fn(str(jpeg_folder), 8, 16, 0, 0, 4, CPU, torch.contiguous_format, 0))
+
+
+def test_loader_rate_counts_images_per_second_after_skipping_the_queue() -> None:
+    pulled = []
+
+    def batches() -> Iterator[data.Batch]:
+        while True:
+            pulled.append(1)
+            yield torch.zeros(5, 3, 2, 2), torch.zeros(5)
+
+    rate = data.loader_rate(batches(), max_batches=7, device=CPU, skip=3)
+    assert len(pulled) == 10
+    assert rate > 0 and math.isfinite(rate)
+    pulled.clear()
+    data.loader_rate(batches(), max_batches=1000, device=CPU, max_seconds=0.0)
+    assert len(pulled) == 1  # the time limit still takes one batch
+
+
+# --- the loader choice on the controller --------------------------------------------------------
+
+
+def facts(torch_major: int | None = 13, dali: tuple[int, ...] = (13,), decode: str = "") -> Any:
+    return {
+        "torch_major": lambda: torch_major,
+        "dali_majors": lambda: dali,
+        "decode_problem": lambda: decode,
+    }
+
+
+def test_refusal_reasons() -> None:
+    problem = loaders.loader_problem
+    assert problem("torch", "cpu", **facts()) == ""
+    assert "this sweep runs on CPU" in problem("nvjpeg", "cpu", **facts())
+    assert "this sweep runs on CPU" in problem("dali", "cpu", **facts())
+    assert "pip install nvidia-dali-cuda130" in problem("dali", "cuda", **facts(dali=()))
+    mismatch = problem("dali", "cuda", **facts(torch_major=12, dali=(13,)))
+    assert "built for CUDA 13 but torch for CUDA 12" in mismatch
+    assert problem("dali", "cuda", **facts()) == ""
+    broken = facts(decode="torchvision 0.28.0's compiled ops do not load")
+    assert "compiled ops do not load" in problem("nvjpeg", "cuda", **broken)
+    assert problem("nvjpeg", "cuda", **facts()) == ""
+
+
+def test_default_is_the_first_runnable_in_order_and_torch_on_cpu() -> None:
+    def machine(**kw: Any) -> Any:
+        return lambda loader, device: loaders.loader_problem(loader, device, **facts(**kw))
+
+    resolve = loaders.resolve_loaders
+    assert resolve(None, "/data", "cuda", machine()) == ("dali",)
+    assert resolve(None, "/data", "cuda", machine(dali=())) == ("nvjpeg",)
+    no_gpu_decode = machine(dali=(), decode="no")
+    assert resolve(None, "/data", "cuda", no_gpu_decode) == ("torch",)
+    assert resolve(None, "/data", "cpu", machine()) == ("torch",)
+    assert resolve(None, "synthetic", "cuda", machine()) == (loaders.NO_LOADER,)
+    assert resolve(("torch", "dali"), "/data", "cuda", machine()) == ("torch", "dali")
+
+
+def test_loader_errors_list_every_refusal_and_synthetic_takes_none() -> None:
+    def cpu_only(loader: str, device: str) -> str:
+        return loaders.loader_problem(loader, device, **facts(dali=()))
+
+    errors = loaders.loader_errors(("torch", "nvjpeg", "dali"), "/data", "cpu", cpu_only)
+    assert [e.split(":")[0] for e in errors] == ["--loader nvjpeg", "--loader dali"]
+    assert loaders.loader_errors((loaders.NO_LOADER,), "synthetic", "cpu", cpu_only) == []
+    refused = loaders.loader_errors(("torch",), "synthetic", "cpu", cpu_only)
+    assert "nothing to load" in refused[0]
+
+
+def test_dali_wheel_names_give_their_cuda_major() -> None:
+    names = {
+        "nvidia-dali-cuda120": 120,
+        "nvidia_dali_cuda130": 130,
+        "nvidia-dali-nightly-cuda130": 130,
+    }
+    for name, digits in names.items():
+        match = loaders._DALI_WHEEL.match(name)
+        assert match and int(match[1]) == digits
+    assert loaders._DALI_WHEEL.match("nvidia-dali-tf-plugin-cuda120") is None
+
+
+def test_dali_pipeline_on_cpu_operators_shards_disjointly_and_reshuffles(
+    jpeg_folder: Path,
+) -> None:
+    """The DALI pipeline with every operator on the CPU (no GPU here): arguments DALI accepts,
+    output shape and normalisation, disjoint shards that change each epoch. Runs only where
+    DALI is installed (not in CI: the wheel is 200 MB and its GPU decoder cannot run here)."""
+    pytest.importorskip("nvidia.dali")
+    from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
+
+    from bench.rank.loaders import dali
+
+    _, samples = folder.list_images(jpeg_folder)
+    files = [path for path, _ in samples]
+    ids = list(range(len(files)))  # labels = file ids, to see which file each rank read
+
+    def epochs(rank: int) -> list[set[int]]:
+        pipeline = dali._pipeline(files, ids, 16, rank, 2, reader_seed=7, gpu=False,
+                                  batch_size=4, num_threads=1, device_id=None, seed=1 + rank,
+                                  prefetch_queue_depth=2)  # fmt: skip
+        iterator = DALIGenericIterator(
+            [pipeline],
+            ["images", "labels"],
+            reader_name="reader",
+            last_batch_policy=LastBatchPolicy.DROP,
+            auto_reset=True,
+        )
+        seen = []
+        for _ in range(2):
+            epoch: set[int] = set()
+            for out in iterator:
+                assert out[0]["images"].shape == (4, 3, 16, 16)
+                assert -3 < float(out[0]["images"].min()) < float(out[0]["images"].max()) < 3
+                epoch |= set(out[0]["labels"].view(-1).tolist())
+            seen.append(epoch)
+        return seen
+
+    rank0, rank1 = epochs(0), epochs(1)
+    for epoch in range(2):
+        assert not rank0[epoch] & rank1[epoch]
+        assert len(rank0[epoch] | rank1[epoch]) == len(files)
+    assert rank0[0] != rank0[1]
+
+
+# --- the knob through the configuration ---------------------------------------------------------
+
+
+def test_loader_knob_defaults_validates_and_names_the_runs(
+    jpeg_folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bench_builders import MODELS, config_for, cpu_machine, gpu_machine
+
+    from bench.config import ConfigError, validate
+    from bench.spec import Variant
+
+    real = ["--data", str(jpeg_folder)]
+    assert config_for(real, cpu_machine()).axes["loader"] == ("torch",)
+    assert config_for([], cpu_machine()).axes["loader"] == ("none",)
+    # a GPU machine with DALI for torch's CUDA major takes DALI; without it nvJPEG, then torch
+    monkeypatch.setattr(loaders, "torch_cuda_major", lambda: 13)
+    monkeypatch.setattr(loaders, "dali_cuda_majors", lambda: (13,))
+    monkeypatch.setattr(loaders, "gpu_decode_problem", lambda: "")
+    assert config_for(real, gpu_machine()).axes["loader"] == ("dali",)
+    monkeypatch.setattr(loaders, "dali_cuda_majors", lambda: ())
+    assert config_for(real, gpu_machine()).axes["loader"] == ("nvjpeg",)
+    monkeypatch.setattr(loaders, "gpu_decode_problem", lambda: "cannot decode")
+    config = config_for([*real, "--loader", "torch,nvjpeg,dali"], gpu_machine())
+    with pytest.raises(ConfigError) as refused:
+        validate(config, gpu_machine(), MODELS)
+    assert "--loader nvjpeg: cannot decode" in str(refused.value)
+    assert "--loader dali: NVIDIA DALI is not installed" in str(refused.value)
+    assert [v.label for v in config.variants()] == [
+        "amp-bf16-nchw-torch", "amp-bf16-nchw-nvjpeg", "amp-bf16-nchw-dali",
+    ]  # fmt: skip
+    assert Variant(precision="fp32", channels_last=False, compile=False).label == "fp32-nchw"
+
+
+def test_report_sets_the_loader_rate_beside_the_model_and_marks_the_epoch_source() -> None:
+    from bench_builders import run_row
+
+    from bench.report.diagnosis import loader_section
+    from bench.report.epochs import epoch_section
+    from bench.report.summary import summarise
+
+    def rows(loader_rate: float) -> list[Any]:
+        return [
+            run_row(run_id=f"ddp-n1-fp32-nchw-torch-r{i}", repeat=i, variant="fp32-nchw-torch",
+                    loader="torch", data="/data/train", throughput=64.0, throughput_per_gpu=64.0,
+                    loader_throughput_per_gpu=loader_rate, loader_throughput=loader_rate)
+            for i in range(2)
+        ]  # fmt: skip
+
+    starved = rows(60.0)
+    (line,) = loader_section(summarise(starved, []), starved)
+    assert "the torch loader alone delivers 60 img/s per GPU" in line
+    assert "the model consumed 64: the loader is the bottleneck" in line
+    fed = rows(128.0)
+    (line,) = loader_section(summarise(fed, []), fed)
+    assert "the model consumed 64: 2.0x that: input does not limit it" in line
+    synthetic = [run_row()]
+    assert loader_section(summarise(synthetic, []), synthetic) == []
+    points = summarise(fed, [])
+    assert (
+        "measured on real images from /data/train" in epoch_section(points, 1, (), "/data/train")[0]
+    )
+    assert "measured on synthetic data" in epoch_section(points, 1000, ())[0]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="states what a machine without a GPU says")
+def test_gpu_decode_probe_runs_in_a_child_process_and_says_why() -> None:
+    loaders.gpu_decode_problem.cache_clear()
+    assert loaders.gpu_decode_problem() == "no CUDA device is visible"

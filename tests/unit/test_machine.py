@@ -1,0 +1,177 @@
+"""What a machine has (bench.machine), the version comparison over it, and the node-side CLI
+the multi-node backends run on every node."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from bench import machine
+from bench.config import HorovodStatus
+from bench.launchers import node as node_cli
+from bench.launchers.ssh import parse_survey_output
+from bench.launchers.versions import (
+    VersionMismatchError,
+    check_versions,
+    compare_versions,
+    components_for,
+)
+from bench.machine import NodeInfo
+
+
+def node(host: str, **fields: object) -> NodeInfo:
+    base: dict[str, object] = {"hostname": host, "python": "3.11.7", "torch": "2.13.0"}
+    base.update(fields)
+    return NodeInfo.from_survey(host, base)
+
+
+def test_importing_the_facts_and_the_node_cli_loads_no_torch() -> None:
+    code = (
+        "import sys, bench.machine, bench.launchers.node, bench.launchers.ssh, "
+        "bench.launchers.slurm, bench.launchers.local; print('torch' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.stdout.strip() == "False", done.stderr
+
+
+# ---------------------------------------------------------------- facts
+
+
+def test_bf16_and_tf32_come_from_the_capability_alone() -> None:
+    assert machine.bf16_supported((8, 0)) and machine.tf32_supported((9, 0))
+    assert not machine.bf16_supported((7, 5)) and not machine.tf32_supported((7, 0))
+    assert not machine.bf16_supported(None)
+
+
+def test_the_smallest_node_decides_what_a_sweep_may_use() -> None:
+    hvd = HorovodStatus(True, "0.28.1")
+    h100 = node("a", gpus=8, gpu_name="H100", gpu_capability=[9, 0], cores=64)
+    v100 = node("b", gpus=4, gpu_name="V100", gpu_capability=[7, 0], cores=32)
+    env = machine.environment_of([h100, v100], hvd)
+    assert (env.device, env.gpu_count, env.cores) == ("cuda", 4, 32)
+    assert not env.bf16_supported and not env.tf32_supported  # the V100 has neither
+    assert machine.environment_of([h100], hvd).bf16_supported
+    cpu = machine.environment_of([node("c", cores=2)], hvd)
+    assert (cpu.device, cpu.gpu_count, cpu.gpu_name, cpu.bf16_supported) == ("cpu", 0, "", False)
+
+
+def test_local_environment_of_this_cpu_machine() -> None:
+    env = machine.local_environment(check_horovod=False)
+    assert (env.device, env.gpu_count, env.cores) == ("cpu", 0, machine.cpu_cores())
+    assert env.horovod.reason == "not checked: not in this sweep"
+
+
+def test_survey_of_this_machine() -> None:
+    info = machine.survey("127.0.0.1")
+    assert info["hostname"] == socket.gethostname()
+    assert info["python"] == ".".join(map(str, sys.version_info[:3]))
+    assert (info["address"], info["interface"]) == ("127.0.0.1", "lo")
+    import torch
+
+    assert info["torch"] == torch.__version__
+    parsed = parse_survey_output("here", f"noise\n{machine.survey_line(info)}\n")
+    assert parsed.host == "here" and parsed.torch == torch.__version__
+    with pytest.raises(RuntimeError, match="printed no result"):
+        parse_survey_output("here", "Traceback ...")
+
+
+def test_unknown_survey_fields_are_ignored() -> None:
+    info = NodeInfo.from_survey("h", {"hostname": "h", "python": "3.12", "new_field": 1})
+    assert info.torch is None and info.gpus == 0
+
+
+# ---------------------------------------------------------------- versions
+
+
+def test_matching_nodes_pass() -> None:
+    infos = {h: node(h, horovod="0.28.1") for h in ("a", "b", "c")}
+    assert compare_versions(infos, ["torch", "horovod"]) == []
+    check_versions(infos, ["torch", "horovod"])
+
+
+def test_mismatch_names_component_values_and_nodes() -> None:
+    nccl = "2.20.5"
+    infos = {
+        "gpu01": node("gpu01", torch="2.4.1", nccl=nccl, driver="535.183.01", driver_branch="535"),
+        "gpu02": node("gpu02", torch="2.4.1", nccl=nccl, driver="550.54.15", driver_branch="550"),
+        "gpu03": node("gpu03", torch="2.3.0", nccl=nccl, driver="535.161.08", driver_branch="535"),
+    }
+    gpu_ddp = components_for("ddp", gpu=True)
+    mismatches = compare_versions(infos, gpu_ddp)
+    assert [m.component for m in mismatches] == ["torch", "driver_branch"]
+    with pytest.raises(VersionMismatchError) as err:
+        check_versions(infos, gpu_ddp)
+    message = str(err.value)
+    assert "torch: 2.4.1 on gpu01, gpu02; 2.3.0 on gpu03" in message
+    assert "NVIDIA driver branch: 535 on gpu01, gpu03; 550 on gpu02" in message
+    assert "NCCL" not in message  # same everywhere; driver patch levels do not count
+
+
+def test_a_component_no_node_has_is_an_error_when_the_run_needs_it() -> None:
+    infos = {"a": node("a"), "b": node("b")}
+    check_versions(infos, ["torch"])
+    with pytest.raises(VersionMismatchError, match="Horovod: not installed on a, b"):
+        check_versions(infos, ["torch", "horovod"])
+
+
+def test_a_missing_component_is_a_mismatch_only_when_it_matters() -> None:
+    infos = {"a": node("a", horovod="0.28.1"), "b": node("b")}
+    assert components_for("ddp", gpu=False) == ("torch",)
+    check_versions(infos, components_for("ddp", gpu=False))
+    with pytest.raises(VersionMismatchError, match=r"Horovod: 0\.28\.1 on a; not installed on b"):
+        check_versions(infos, components_for("horovod", gpu=False))
+    assert components_for("horovod", gpu=True) == ("torch", "horovod", "nccl", "driver_branch")
+    gpu = {"a": node("a", driver_branch="535"), "b": node("b")}
+    with pytest.raises(VersionMismatchError, match="535 on a; no NVIDIA driver on b"):
+        check_versions(gpu, ["driver_branch"])
+
+
+# ---------------------------------------------------------------- the node-side CLI
+
+
+def _main(argv: list[str], stdin: str, monkeypatch, capsys) -> tuple[int, str, str]:
+    monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
+    rc = node_cli.main(argv)
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def _survey_line(label: str, **fields: object) -> str:
+    data = {"hostname": label, "python": "3.11.7", "torch": "2.13.0", "interface": "eth0"}
+    data.update(fields)
+    return f"{label}: {machine.SURVEY_MARKER} {json.dumps(data)}\n"
+
+
+def test_job_step_check_reads_srun_labelled_lines(monkeypatch, capsys) -> None:
+    lines = _survey_line("n1") + _survey_line("n2", interface="ib0") + "n2: unrelated\n"
+    rc, out, err = _main(["check-versions", "--nodes", "2", "--print-interfaces"], lines,
+                         monkeypatch, capsys)  # fmt: skip
+    assert rc == 0 and out.strip() == "eth0,ib0" and "2 node(s) agree" in err
+    rc, _, err = _main(["check-versions", "--nodes", "3"], lines, monkeypatch, capsys)
+    assert rc == 3 and "2 of 3 nodes answered" in err
+    bad = _survey_line("n1") + _survey_line("n2", torch="2.12.0")
+    rc, _, err = _main(["check-versions", "--components", "torch"], bad, monkeypatch, capsys)
+    assert rc == 3 and "torch: 2.13.0 on n1; 2.12.0 on n2" in err
+
+
+def test_survey_exports_for_job_steps_keep_a_users_choice(monkeypatch, capsys) -> None:
+    rc, out, _ = _main(["survey", "127.0.0.1", "--exports", "GLOO_SOCKET_IFNAME"], "",
+                       monkeypatch, capsys)  # fmt: skip
+    assert rc == 0
+    env = {k: v for k, v in os.environ.items() if k != "GLOO_SOCKET_IFNAME"}
+    show = out + 'echo "$GLOO_SOCKET_IFNAME $BENCH_NODE_ADDR"'
+    assert (
+        subprocess.run(["sh", "-c", show], env=env, capture_output=True, text=True).stdout
+        == "lo 127.0.0.1\n"
+    )
+    env["GLOO_SOCKET_IFNAME"] = "ib0"
+    assert (
+        subprocess.run(["sh", "-c", show], env=env, capture_output=True, text=True).stdout
+        == "ib0 127.0.0.1\n"
+    )

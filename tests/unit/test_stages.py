@@ -1,0 +1,95 @@
+"""The sweep's orchestration with a stand-in launcher: rows, unavailable launchers, interrupts,
+resume. (The integration tests launch the real thing.)"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from bench_builders import MODELS, cpu_machine
+
+from bench import stages
+from bench.config import ConfigError, Environment, HorovodStatus
+from bench.launchers import ExecResult
+from bench.options import parse_request
+from bench.rank import wire
+from bench.spec import ProbeSpec, RunSpec
+
+
+class FakeLauncher:
+    """Answers every launch as a healthy run would: rank 0's report on stdout."""
+
+    def __init__(self, interrupt_at: str | None = None) -> None:
+        self.launched: list[str] = []
+        self.interrupt_at = interrupt_at
+
+    def run(self, spec: RunSpec | ProbeSpec, timeout_s: float, log: Path) -> ExecResult:
+        if isinstance(spec, ProbeSpec):
+            probe = spec
+            self.launched.append(probe.probe_id)
+            payload = {"backend": "gloo", "world_size": probe.world_size, "time_s": 0.2,
+                       "nbytes": probe.nbytes}  # fmt: skip
+            return ExecResult(0, False, 1.0, "\n".join(wire.encode(probe.probe_id, payload)), log)
+        self.launched.append(spec.run_id)
+        if spec.run_id == self.interrupt_at:
+            raise KeyboardInterrupt
+        n = spec.world_size
+        ranks = [wire.RankReport(r, r, "vm", "cpu", 1.0, [0.25] * 4, 0.0, 10**9) for r in range(n)]
+        report = wire.RunReport(spec.run_id, "gloo", n, 4 * 10**6, spec.batch_per_gpu * 4, ranks)
+        return ExecResult(0, False, 2.0, "\n".join(wire.encode(spec.run_id, report.to_dict())), log)
+
+
+def prepare(argv: list[str], env: Environment) -> stages.Sweep:
+    return stages.prepare(parse_request(argv), argv, env)
+
+
+@pytest.fixture
+def machine(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(stages.models, "available_models", lambda: MODELS)
+    monkeypatch.setattr(stages, "collect_system_info", lambda env: {"host": "vm"})
+    return cpu_machine(horovod=HorovodStatus(False, reason="horovodrun not found"))
+
+
+def test_sweep_stores_every_run_and_reports(tmp_path: Path, machine) -> None:  # type: ignore[no-untyped-def]
+    sweep = prepare(["--out", str(tmp_path), "--repeats", "2"], machine)
+    launcher = FakeLauncher()
+    assert stages.execute_sweep(sweep, progress=False, launcher=launcher) == "complete"
+    # horovod is missing and was not asked for by name: its runs are rows, never launched
+    assert launcher.launched == [
+        "allreduce-n2", "ddp-n1-fp32-nchw-r0", "ddp-n2-fp32-nchw-r0", "ddp-n1-fp32-nchw-r1",
+        "ddp-n2-fp32-nchw-r1",
+    ]  # fmt: skip
+    rows = {r.run_id: r for r in sweep.store.runs.rows()}
+    assert len(rows) == 8
+    assert rows["horovod-n2-fp32-nchw-r1"].status == "unavailable"
+    assert rows["horovod-n2-fp32-nchw-r1"].error == "horovodrun not found"
+    assert rows["ddp-n2-fp32-nchw-r0"].throughput == pytest.approx(16 * 4 / 1.0)
+    assert sweep.store.probes.rows()[0].algbw_gbps == pytest.approx(0.5)  # 100 MB / 0.2 s
+    meta = json.loads(sweep.store.sweep_json.read_text())
+    assert meta["state"] == "complete" and len(meta["planned_runs"]) == 8
+    assert "| ddp | fp32-nchw | 2 |" in (sweep.store.directory / "report.md").read_text()
+
+
+def test_interrupt_then_resume(tmp_path: Path, machine) -> None:  # type: ignore[no-untyped-def]
+    argv = ["--out", str(tmp_path), "--launchers", "ddp", "--gpus", "1", "--repeats", "3"]
+    sweep = prepare(argv, machine)
+    first = FakeLauncher(interrupt_at="ddp-n1-fp32-nchw-r1")
+    assert stages.execute_sweep(sweep, progress=False, launcher=first) == "interrupted"
+    directory = sweep.store.directory
+    rows = {r.run_id: r.status for r in sweep.store.runs.rows()}
+    assert rows == {"ddp-n1-fp32-nchw-r0": "ok", "ddp-n1-fp32-nchw-r1": "interrupted"}
+    assert json.loads((directory / "sweep.json").read_text())["state"] == "interrupted"
+    assert (directory / "report.md").exists()
+
+    resumed = prepare(["--resume", str(directory)], machine)
+    second = FakeLauncher()
+    assert stages.execute_sweep(resumed, progress=False, launcher=second) == "complete"
+    assert second.launched == ["ddp-n1-fp32-nchw-r1", "ddp-n1-fp32-nchw-r2"]
+    assert [r.status for r in resumed.store.runs.rows()] == ["ok"] * 3
+
+
+def test_resume_refuses_a_sweep_json_without_a_workload(tmp_path: Path, machine) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "sweep.json").write_text(json.dumps({"sweep_id": "old", "config": {"steps": 8}}))
+    with pytest.raises(ConfigError, match="no 'workload' in its config"):
+        prepare(["--resume", str(tmp_path)], machine)
