@@ -21,7 +21,17 @@ from typing import Any
 from bench.gpu_defaults import GpuDefaults, GpuDescription, gpu_defaults
 from bench.hosts import ClusterConfig, default_rank_counts
 from bench.loaders import loader_errors, resolve_loaders
-from bench.spec import LAUNCHERS, NO_LOADER, SYNTHETIC, Knob, Variant, Workload, knob, knobs
+from bench.spec import (
+    DEFAULT_LAUNCHERS,
+    LAUNCHERS,
+    NO_LOADER,
+    SYNTHETIC,
+    Knob,
+    Variant,
+    Workload,
+    knob,
+    knobs,
+)
 
 IMAGENET_TRAIN_IMAGES = 1_281_167
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -80,17 +90,21 @@ class BenchConfig:
         words="1,2,4,... up to all visible GPUs; 1,2 on CPU",
     )  # fmt: skip
     launchers: tuple[str, ...] = knob(
-        "--launchers", "comma list of ddp, horovod", values={x: x for x in LAUNCHERS},
-        many=True, words="ddp,horovod; with Horovod missing its rows are marked unavailable",
+        "--launchers", "comma list of ddp (torchrun), horovod (horovodrun) and dp "
+        "(torch.nn.DataParallel: one process driving the GPUs of one machine)",
+        values={x: x for x in LAUNCHERS}, many=True,
+        words="ddp,horovod; with Horovod missing its rows are marked unavailable",
     )  # fmt: skip
     batch_size: int = knob(
-        "--batch-size", "per-GPU batch: weak scaling", parse=int, at_least=1,
+        "--batch-size", "per-GPU batch of one forward/backward pass (a micro-batch under "
+        "--grad-accum): weak scaling", parse=int, at_least=1,
         words="by GPU memory (bench.gpu_defaults): 256 from 38 GB, 128 from 15 GB, else 64; "
         "128 on a GPU not known in advance (--slurm); 8 on CPU",
     )  # fmt: skip
     global_batch: int | None = knob(
-        "--global-batch", "fixed global batch split over the GPUs: strong scaling (instead "
-        "of --batch-size)", parse=int, at_least=1, words="none, weak scaling",
+        "--global-batch", "fixed global batch (images per optimizer step) split over the GPUs "
+        "and --grad-accum micro-batches: strong scaling (instead of --batch-size)", parse=int,
+        at_least=1, words="none, weak scaling",
     )  # fmt: skip
     repeats: int = knob("--repeats", "launches per configuration", parse=int, default=3,
                         at_least=1)  # fmt: skip
@@ -259,7 +273,7 @@ def _default_loader(request: Request, env: Environment, gpu: bool) -> tuple[str,
 # Knobs whose default is a rule (their Knob.words say it in the help).
 MACHINE_RULES: dict[str, Callable[[Request, Environment, bool], Any]] = {
     "gpu_counts": _default_gpu_counts,
-    "launchers": lambda request, env, gpu: LAUNCHERS,
+    "launchers": lambda request, env, gpu: DEFAULT_LAUNCHERS,
     "precision": _default_precision,
     "channels_last": _gpu_rule("channels_last", False, False, axis=True),
     "compile": _gpu_rule("compile", False, False, axis=True),
@@ -340,11 +354,13 @@ def _capacity_problems(config: BenchConfig, env: Environment) -> list[str]:
             f"node has {limit} {unit}"
         )
     if config.global_batch is not None:
-        uneven = [n for n in config.gpu_counts if config.global_batch % n]
-        if uneven:
-            errors.append(
-                f"--global-batch {config.global_batch} does not split evenly over {uneven} GPUs"
-            )
+        for accum in sorted({v.grad_accum for v in config.variants()}):
+            uneven = [n for n in config.gpu_counts if config.global_batch % (n * accum)]
+            if uneven:
+                over = f"{uneven} GPUs" + (f" x {accum} micro-batches" if accum > 1 else "")
+                errors.append(
+                    f"--global-batch {config.global_batch} does not split evenly over {over}"
+                )
     return errors
 
 
@@ -365,6 +381,11 @@ def _feature_problems(config: BenchConfig, env: Environment, models: Sequence[st
         problem = horovod_problem(env, config.device)
         if problem:
             errors.append(f"--launchers horovod: {problem}")
+    if "dp" in config.launchers and config.cluster is not None:
+        errors.append(
+            "--launchers dp: torch.nn.DataParallel is one process driving the GPUs of one "
+            "machine; it cannot span nodes (--hosts/--hostfile/--slurm). Sweep dp on one node"
+        )
     loaders = config.axes.get("loader", (NO_LOADER,))  # absent from older sweep.json files
     errors += loader_errors(loaders, config.workload.data, config.device)
     return errors

@@ -59,10 +59,11 @@ def threads_per_rank(cores: int, ranks_on_host: int) -> int:
     return max(1, cores // max(1, ranks_on_host))
 
 
-def batch_per_gpu(config: BenchConfig, ranks: int) -> int:
-    """Weak scaling keeps the per-GPU batch; strong scaling splits a fixed global batch."""
+def batch_per_gpu(config: BenchConfig, ranks: int, grad_accum: int = 1) -> int:
+    """Weak scaling keeps the per-GPU batch; strong scaling splits a fixed global batch (images
+    per optimizer step) over the GPUs and each step's `grad_accum` micro-batches."""
     if config.global_batch is not None:
-        return config.global_batch // ranks
+        return config.global_batch // (ranks * grad_accum)
     return config.batch_size
 
 
@@ -81,6 +82,29 @@ def placements(config: BenchConfig, hosts: Sequence[HostSlots]) -> list[Placemen
     return [place_ranks(ranks, hosts) for ranks in config.gpu_counts]
 
 
+def trace_name(run_id: str) -> str:
+    """--profile: the file rank 0 writes its trace to, in the sweep's logs directory."""
+    return f"{run_id}.trace.json"
+
+
+def why_not_runnable(spec: RunSpec) -> str:
+    """Why a planned run cannot be launched as asked ("" when it can): limits of a launcher that
+    hold for some configurations only. Such runs become `unavailable` rows with this reason."""
+    if spec.launcher != "dp":
+        return ""
+    if spec.variant.compile:
+        return (
+            "torch.compile is not applied under nn.DataParallel (it re-replicates the model in "
+            "threads on every forward, which Dynamo does not trace); compare dp with --compile off"
+        )
+    if spec.workload.device == "cpu" and spec.world_size > 1:
+        return (
+            "nn.DataParallel splits batches over GPUs; on CPU it has one device, so it runs at "
+            "1 rank only"
+        )
+    return ""
+
+
 def plan_sweep(
     config: BenchConfig, sweep_id: str, hosts: Sequence[HostSlots], cores_per_host: int
 ) -> list[RunSpec]:
@@ -88,7 +112,9 @@ def plan_sweep(
 
     Repeats are the outer loop and launchers alternate inside it, so slow drift on a shared
     machine (other jobs, clocks, heat) spreads over all configurations instead of biasing the
-    ones that happened to run last.
+    ones that happened to run last. With --profile, the first repeat of each configuration
+    also traces a few steps after its timed window (`trace_path`, a file name that the sweep
+    places in its logs directory).
     """
     load = config.workload
     scaling = "strong" if config.global_batch is not None else "weak"
@@ -98,20 +124,22 @@ def plan_sweep(
             for launcher in config.launchers:
                 for placement in placements(config, hosts):
                     ranks = sum(h.slots for h in placement)
+                    # DataParallel is one process however many GPUs it drives
+                    processes = 1 if launcher == "dp" else max(h.slots for h in placement)
+                    rid = run_id(launcher, ranks, variant, repeat, len(placement))
                     specs.append(
                         RunSpec(
                             sweep_id=sweep_id,
-                            run_id=run_id(launcher, ranks, variant, repeat, len(placement)),
+                            run_id=rid,
                             launcher=launcher,
                             repeat=repeat,
                             placement=placement,
                             variant=variant,
                             workload=load,
-                            batch_per_gpu=batch_per_gpu(config, ranks),
+                            batch_per_gpu=batch_per_gpu(config, ranks, variant.grad_accum),
                             scaling=scaling,
-                            threads_per_rank=threads_per_rank(
-                                cores_per_host, max(h.slots for h in placement)
-                            ),
+                            threads_per_rank=threads_per_rank(cores_per_host, processes),
+                            trace_path=trace_name(rid) if load.profile and repeat == 0 else "",
                         )
                     )
     return specs

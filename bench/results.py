@@ -11,6 +11,8 @@ Layout of a sweep directory:
     runs.parquet/.csv     one row per run (schema.RunRow)
     probes.parquet/.csv   one row per allreduce probe (schema.ProbeRow)
     logs/<id>.log         each launch's full output
+    logs/<id>.trace.json  --profile: rank 0's torch.profiler trace (Chrome/Perfetto JSON)
+    logs/<id>.profile.json  --profile: its summary (top ops/kernels, communication share)
     report.md, *.png      written by bench.report
 """
 
@@ -36,6 +38,7 @@ from bench.schema import (
 )
 
 SWEEP_JSON = "sweep.json"
+PROFILE_SUFFIX = ".profile.json"
 # Rows a resumed sweep runs again: cut short, or not launched because the launcher was missing
 # (it may have been installed since).
 RETRIED_ON_RESUME = frozenset({Status.INTERRUPTED.value, Status.UNAVAILABLE.value})
@@ -117,6 +120,21 @@ class ResultStore:
             "probes": to_json_records(self.probes.rows()),
         }
         _atomic_write_bytes(self.sweep_json, json.dumps(document, indent=2).encode())
+
+    def write_profile(self, run_id: str, summary: dict[str, Any]) -> None:
+        """--profile: one run's trace summary, read back by the report's appendix."""
+        self.logs.mkdir(parents=True, exist_ok=True)
+        path = self.logs / f"{run_id}{PROFILE_SUFFIX}"
+        _atomic_write_bytes(path, json.dumps(summary, indent=2).encode())
+
+    def profiles(self) -> dict[str, dict[str, Any]]:
+        """Every stored --profile summary by run id."""
+        if not self.logs.is_dir():
+            return {}
+        return {
+            p.name.removesuffix(PROFILE_SUFFIX): json.loads(p.read_text())
+            for p in sorted(self.logs.glob(f"*{PROFILE_SUFFIX}"))
+        }
 
     def finished_run_ids(self) -> set[str]:
         """Runs a resumed sweep must not repeat (failures stay: they are results too)."""

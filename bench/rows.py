@@ -81,8 +81,9 @@ def describe_interconnect(
     return f"nccl {described}" + (f" ({interface[1]})" if interface and multi_host else "")
 
 
-def measurements(report: wire.RunReport) -> dict[str, Any]:
-    """The measurement columns of a row from every rank's timings."""
+def measurements(report: wire.RunReport, spec: RunSpec) -> dict[str, Any]:
+    """The measurement columns of a row from every rank's timings (per GPU: over the spec's
+    GPUs, which a DataParallel process drives several of)."""
     windows = [r.window_s for r in report.ranks]
     window = stats.slowest_window(windows)
     steps = stats.slowest_rank_steps([r.step_s for r in report.ranks])
@@ -98,7 +99,7 @@ def measurements(report: wire.RunReport) -> dict[str, Any]:
         "images": images,
         "window_s": window,
         "throughput": tput,
-        "throughput_per_gpu": tput / report.world_size,
+        "throughput_per_gpu": tput / spec.world_size,
         "step_time_median_s": stats.percentile(steps, 50),
         "step_time_p90_s": stats.percentile(steps, 90),
         "step_time_cv": statistics.pstdev(steps) / statistics.fmean(steps) if steps else None,
@@ -112,6 +113,7 @@ def measurements(report: wire.RunReport) -> dict[str, Any]:
         "loader_throughput": sum(loader_rates) if loader_rates else None,
         "peak_memory_gb": max(peaks) / 1e9 if peaks else None,
         "gradient_mb": report.gradient_bytes / 1e6,
+        "allreduce_mb_per_image": allreduce_mb_per_image(spec, report.gradient_bytes),
         "sm_clock_mhz_mean": telemetry.get("sm_clock_mhz_mean"),
         "sm_clock_mhz_min": telemetry.get("sm_clock_mhz_min"),
         "power_w_mean": telemetry.get("power_w_mean"),
@@ -121,8 +123,33 @@ def measurements(report: wire.RunReport) -> dict[str, Any]:
     }
 
 
-def expected_backend(device: str) -> str:
+def allreduce_mb_per_image(spec: RunSpec, gradient_bytes: int) -> float:
+    """MB of gradients each GPU reduces per image it trains: one allreduce per optimizer step
+    (DDP no_sync / Horovod backward_passes_per_step) spreads over its accumulated micro-batches;
+    fp16 compression halves it; DataParallel reduces onto GPU 0 after every backward; one GPU
+    reduces nothing."""
+    if spec.world_size == 1:
+        return 0.0
+    wire_bytes = gradient_bytes / 2 if spec.workload.fp16_allreduce else gradient_bytes
+    accumulated = 1 if spec.launcher == "dp" else spec.variant.grad_accum
+    return wire_bytes / (spec.batch_per_gpu * accumulated) / 1e6
+
+
+def expected_backend(device: str, launcher: str = "ddp") -> str:
+    if launcher == "dp" and device != "cuda":
+        return "none"  # DataParallel on CPU: one process, nothing to communicate
     return "nccl" if device == "cuda" else "gloo"
+
+
+def run_interconnect(spec: RunSpec, report: wire.RunReport, result: ExecResult) -> str:
+    """The interconnect column: what NCCL/gloo used between the ranks, or DataParallel's
+    in-process copies between the GPUs of its one process."""
+    if spec.launcher == "dp":
+        gpus = spec.world_size
+        return f"in-process (DataParallel over {gpus} GPUs)" if gpus > 1 else "none (1 GPU)"
+    return describe_interconnect(
+        report.backend, [r.host for r in report.ranks], result.output, result.environ or os.environ
+    )
 
 
 def _identity(spec: RunSpec) -> dict[str, Any]:
@@ -162,13 +189,8 @@ def run_row(
             launch_wall_s=result.wall_s,
             device_name="+".join(names),
             backend=report.backend,
-            interconnect=describe_interconnect(
-                report.backend,
-                [r.host for r in report.ranks],
-                result.output,
-                result.environ or os.environ,
-            ),
-            **measurements(report),
+            interconnect=run_interconnect(spec, report, result),
+            **measurements(report, spec),
         )
     if result.returncode == 0 and not result.timed_out:
         status, lines = Status.FAILED, ["launcher exited 0 but rank 0 reported no result"]
@@ -201,9 +223,23 @@ def not_measured_row(
         started_at=started_at,
         launch_wall_s=wall_s,
         device_name="",
-        backend=expected_backend(spec.workload.device),
+        backend=expected_backend(spec.workload.device, spec.launcher),
         interconnect="",
     )
+
+
+def profile_of(spec: RunSpec, result: ExecResult) -> dict[str, Any] | None:
+    """--profile: rank 0's trace summary of a finished run, with where its trace was written
+    (the host of rank 0: on another node the file stays there)."""
+    if not spec.trace_path or result.returncode != 0 or result.timed_out:
+        return None
+    data = wire.decode(spec.run_id, result.output)
+    if data is None:
+        return None
+    first = wire.RunReport.from_dict(data).ranks[0]
+    if first.profile is None:
+        return None
+    return {"run_id": spec.run_id, "host": first.host, **first.profile}
 
 
 def probe_row(spec: ProbeSpec, result: ExecResult, started_at: str) -> ProbeRow:

@@ -85,6 +85,7 @@ class Measurements:
     loader_throughput: float | None = None  # sum over the ranks, img/s
     peak_memory_gb: float | None = None
     gradient_mb: float | None = None
+    allreduce_mb_per_image: float | None = None  # gradient MB each GPU reduces per image trained
     # GPU telemetry during the timed window (pynvml; empty on CPU)
     sm_clock_mhz_mean: float | None = None
     sm_clock_mhz_min: float | None = None

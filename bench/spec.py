@@ -19,7 +19,10 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-LAUNCHERS = ("ddp", "horovod")
+# dp: torch.nn.DataParallel, one process driving every GPU of one machine (the baseline DDP is
+# measured against); opt-in, so the default sweep is ddp and horovod.
+LAUNCHERS = ("ddp", "horovod", "dp")
+DEFAULT_LAUNCHERS = ("ddp", "horovod")
 PRECISIONS = ("fp32", "tf32", "amp-fp16", "amp-bf16")
 MEMORY_FORMATS = ("nchw", "channels_last")
 LOCAL_HOST = "localhost"
@@ -137,12 +140,19 @@ class Variant:
         "each swept", parse=int, many=True, default=(1,), at_least=1,
     )})  # fmt: skip
 
+    activation_checkpointing: bool = field(default=False, metadata={"knob": Knob(
+        "--activation-checkpointing", "recompute each stage's activations in backward "
+        "(torch.utils.checkpoint on the model's stages: less memory, more compute): off, on, "
+        "or off,on to A/B it", values=_ON_OFF, many=True, default=(False,),
+    )})  # fmt: skip
+
     @property
     def label(self) -> str:
         layout = "channels_last" if self.channels_last else "nchw"
         label = f"{self.precision}-{layout}" + ("-compile" if self.compile else "")
         label += f"-{self.loader}" if self.loader != NO_LOADER else ""
-        return label + (f"-acc{self.grad_accum}" if self.grad_accum > 1 else "")
+        label += f"-acc{self.grad_accum}" if self.grad_accum > 1 else ""
+        return label + ("-ckpt" if self.activation_checkpointing else "")
 
 
 @dataclass(frozen=True)
@@ -195,6 +205,12 @@ class Workload:
         "window lasts this long; --warmup-steps and --steps become minimums. 0: exactly "
         "--warmup-steps and --steps", parse=float, gpu=15.0, cpu=0.0, at_least=0,
     )})  # fmt: skip
+    profile: bool = field(default=False, metadata={"knob": Knob(
+        "--profile", "after the timed window, trace a few more steps of one rank per "
+        "configuration with torch.profiler (Chrome/Perfetto JSON beside the logs; the report's "
+        "appendix lists the top kernels and the share of time in communication)",
+        default=False, switch=True, words="off",
+    )})  # fmt: skip
 
 
 def _encode(data: dict[str, Any]) -> str:
@@ -221,6 +237,9 @@ class RunSpec:
     batch_per_gpu: int
     scaling: str  # "weak": per-GPU batch fixed; "strong": global batch fixed
     threads_per_rank: int
+    # --profile: where rank 0 writes its torch.profiler trace ("" = no trace for this launch;
+    # the planner asks for one per configuration). A default so older specs still load.
+    trace_path: str = ""
 
     @property
     def world_size(self) -> int:
@@ -239,8 +258,14 @@ class RunSpec:
         return format_hosts(self.placement)
 
     @property
+    def processes(self) -> int:
+        """Processes the launch starts: one per GPU, except DataParallel's single process."""
+        return 1 if self.launcher == "dp" else self.world_size
+
+    @property
     def global_batch(self) -> int:
-        return self.batch_per_gpu * self.world_size
+        """Images per optimizer step over all GPUs: per-GPU batch x GPUs x accumulation."""
+        return self.batch_per_gpu * self.world_size * self.variant.grad_accum
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -39,7 +39,7 @@ from bench.launchers.local import LocalLauncher
 from bench.launchers.slurm import SlurmLauncher
 from bench.launchers.ssh import SshLauncher
 from bench.options import explicit_options
-from bench.plan import local_placement, plan_probes, plan_sweep
+from bench.plan import local_placement, plan_probes, plan_sweep, why_not_runnable
 from bench.rank import models
 from bench.results import ResultStore
 from bench.schema import Status
@@ -204,9 +204,20 @@ class Progress:
 
 
 def launch_one(sweep: Sweep, spec: RunSpec | ProbeSpec, launcher: Launcher) -> ExecResult:
-    """One probe or run on the launcher, its output in logs/<id>.log."""
-    name = spec.probe_id if isinstance(spec, ProbeSpec) else spec.run_id
-    return launcher.run(spec, sweep.config.timeout_s, sweep.store.logs / f"{name}.log")
+    """One probe or run on the launcher, its output in logs/<id>.log (and a --profile trace
+    beside it)."""
+    logs = sweep.store.logs
+    if isinstance(spec, ProbeSpec):
+        return launcher.run(spec, sweep.config.timeout_s, logs / f"{spec.probe_id}.log")
+    if spec.trace_path:
+        spec = dataclasses.replace(spec, trace_path=str((logs / spec.trace_path).resolve()))
+    return launcher.run(spec, sweep.config.timeout_s, logs / f"{spec.run_id}.log")
+
+
+def unavailable_reason(sweep: Sweep, spec: RunSpec) -> str:
+    """Why a run is recorded without launching it: its launcher cannot run here at all, or
+    not in this configuration ("" when it runs)."""
+    return sweep.unavailable.get(spec.launcher) or why_not_runnable(spec)
 
 
 def run_all(sweep: Sweep, runs: list[RunSpec], probes: list[ProbeSpec],
@@ -215,8 +226,8 @@ def run_all(sweep: Sweep, runs: list[RunSpec], probes: list[ProbeSpec],
     run in progress is recorded as interrupted and the interrupt propagates."""
     store = sweep.store
     for spec in runs:
-        if spec.launcher in sweep.unavailable:
-            reason = sweep.unavailable[spec.launcher]
+        reason = unavailable_reason(sweep, spec)
+        if reason:
             store.runs.append(
                 rows.not_measured_row(spec, Status.UNAVAILABLE, reason, rows.now_iso())
             )
@@ -226,7 +237,7 @@ def run_all(sweep: Sweep, runs: list[RunSpec], probes: list[ProbeSpec],
         store.probes.append(rows.probe_row(probe, launch_one(sweep, probe, launcher), started_at))
         progress.done(probe.probe_id)
     for spec in runs:
-        if spec.launcher in sweep.unavailable:
+        if unavailable_reason(sweep, spec):
             continue
         progress.bar.set_postfix_str(spec.run_id)
         started_at = rows.now_iso()
@@ -238,6 +249,9 @@ def run_all(sweep: Sweep, runs: list[RunSpec], probes: list[ProbeSpec],
             raise
         row = rows.run_row(spec, result, started_at, sweep.config.timeout_s)
         store.runs.append(row)
+        profile = rows.profile_of(spec, result)
+        if profile is not None:
+            store.write_profile(spec.run_id, profile)
         outcome = f"{row.throughput:.1f} img/s" if row.throughput is not None else row.status
         progress.done(spec.run_id, outcome)
 
@@ -257,7 +271,7 @@ def execute_sweep(sweep: Sweep, progress: bool = True, launcher: Launcher | None
     done_runs, done_probes = store.finished_run_ids(), store.finished_probe_ids()
     runs = [s for s in sweep.runs if s.run_id not in done_runs]
     probes = [p for p in sweep.probes if p.probe_id not in done_probes]
-    launched = len([s for s in runs if s.launcher not in sweep.unavailable])
+    launched = len([s for s in runs if not unavailable_reason(sweep, s)])
     announce(sweep, resumed, launched, len(probes), len(sweep.runs) - len(runs))
     previous_handler = signal.signal(signal.SIGTERM, _raise_interrupt)
     clock = Progress(sweep, launched + len(probes), progress)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from bench.spec import Placement, ProbeSpec, RunSpec
+from bench.spec import LAUNCHERS, Placement, ProbeSpec, RunSpec
 
 WORKER_MODULE = "bench.rank.worker"
 PROBE_MODULE = "bench.rank.probe"
@@ -57,7 +57,8 @@ class Launch:
     """What one spec asks the launchers for, read from the spec in one place."""
 
     launch_id: str  # the run id or the probe id
-    launcher: str  # "ddp" (torchrun) or "horovod" (horovodrun); probes always use torchrun
+    launcher: str  # "ddp" (torchrun), "horovod" (horovodrun) or "dp" (one plain process);
+    # probes always use torchrun
     module: str  # the rank entry point, run as python -m MODULE
     args: tuple[str, ...]
     placement: Placement
@@ -82,7 +83,7 @@ def launch_of(spec: RunSpec | ProbeSpec) -> Launch:
     if isinstance(spec, ProbeSpec):
         return Launch(spec.probe_id, "ddp", PROBE_MODULE, args, spec.placement,
                       spec.threads_per_rank, spec.device)  # fmt: skip
-    if spec.launcher not in ("ddp", "horovod"):
+    if spec.launcher not in LAUNCHERS:
         raise ValueError(f"unknown launcher {spec.launcher!r}")
     return Launch(spec.run_id, spec.launcher, WORKER_MODULE, args, spec.placement,
                   spec.threads_per_rank, spec.workload.device)  # fmt: skip

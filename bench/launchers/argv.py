@@ -1,7 +1,8 @@
 """The torchrun and horovodrun command lines: built here, once, for every backend.
 
 `torchrun_argv` is one node's torchrun agent (all nodes meet at a c10d rendezvous);
-`horovodrun_argv` is the one horovodrun that starts every rank (-H host:slots). The local, ssh
+`horovodrun_argv` is the one horovodrun that starts every rank (-H host:slots);
+`dataparallel_argv` is DataParallel's single process (one machine only). The local, ssh
 and Slurm backends call them with their own values: this machine and a free port; the
 surveyed nodes' addresses; or, in a Slurm job script, shell variables the job fills in on its
 nodes (`shell_join` renders such an argv for bash).
@@ -131,6 +132,11 @@ def horovodrun_argv(
     if ssh_identity_file:
         argv += ["--ssh-identity-file", ssh_identity_file]
     return [*argv, python, "-m", module, *args]
+
+
+def dataparallel_argv(python: str, *, module: str, args: Sequence[str]) -> list[str]:
+    """DataParallel's launch: one process, no launcher, driving every GPU of this machine."""
+    return [python, "-m", module, *args]
 
 
 def shell_join(argv: Sequence[str], variables: Sequence[str] = ()) -> str:

@@ -12,6 +12,7 @@ from bench.launchers import ExecResult, Launch, launch_of, rank_environment
 from bench.launchers.argv import (
     NodeCommand,
     Tools,
+    dataparallel_argv,
     free_port,
     horovodrun_argv,
     rendezvous_endpoint,
@@ -63,7 +64,8 @@ def execute(
 
 
 class LocalLauncher:
-    """Every rank on this machine: torchrun on a free local port, or horovodrun -H localhost:N."""
+    """Every rank on this machine: torchrun on a free local port, horovodrun -H localhost:N, or
+    DataParallel's single process started directly."""
 
     def __init__(self, tools: Tools | None = None, policy: StopPolicy = STOP) -> None:
         self.tools = tools or Tools()
@@ -76,7 +78,9 @@ class LocalLauncher:
                 f"got {format_hosts(launch.placement)}"
             )
         env = rank_environment(launch.threads_per_rank, launch.device)
-        if launch.launcher == "horovod":
+        if launch.launcher == "dp":
+            argv = dataparallel_argv(self.tools.python, module=launch.module, args=launch.args)
+        elif launch.launcher == "horovod":
             argv = horovodrun_argv(
                 self.tools.horovodrun, self.tools.python, np=launch.world_size,
                 hosts=format_hosts(launch.placement), module=launch.module, args=launch.args,

@@ -106,6 +106,8 @@ class SlurmRun:
     ssh: SshOptions = field(default_factory=SshOptions)
 
     def __post_init__(self) -> None:
+        if self.launch.launcher == "dp":  # bench.config refuses dp with --slurm first
+            raise ValueError("DataParallel runs on one machine, not as a Slurm job")
         if self.launch.launcher == "horovod" and not self.tools.horovodrun:
             raise ValueError("a Horovod run needs the path of horovodrun")
         if len({h.slots for h in self.launch.placement}) != 1:

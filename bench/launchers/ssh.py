@@ -189,6 +189,8 @@ class SshLauncher:
     def commands(self, launch: Launch, tag: str) -> list[NodeCommand]:
         """The launch's commands: one torchrun per node (the first hosts the c10d store; each
         advertises the address the others reach it on), or horovodrun on the first node."""
+        if launch.launcher == "dp":  # bench.config refuses dp with --hosts first
+            raise ValueError("DataParallel runs on one machine, not across --hosts nodes")
         placement, base = launch.placement, rank_environment(launch.threads_per_rank, launch.device)
         env = self.node_env(placement)
         first = placement[0].host

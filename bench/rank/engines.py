@@ -1,7 +1,9 @@
-"""The few lines where DDP and Horovod differ: start-up, wrapping, the optimizer step, gathering.
+"""The few lines where the launchers differ: start-up, wrapping, the optimizer step, gathering.
 
-Everything else in the per-rank loop (bench.rank.worker) is shared, so a difference between the
-two launchers' numbers comes from these lines and the libraries under them.
+DDP (torchrun) and Horovod (horovodrun) run one process per GPU; DataParallel (dp) one process
+that drives every GPU of the machine. Everything else in the per-rank loop (bench.rank.worker)
+is shared, so a difference between the launchers' numbers comes from these lines and the
+libraries under them.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ class DistInfo:
     world_size: int
     local_rank: int
     device: torch.device
-    backend: str  # "nccl" or "gloo"
+    backend: str  # "nccl" or "gloo"; DataParallel: "nccl" on GPUs (torch.cuda.comm), "none" on CPU
+    devices: int = 1  # GPUs this process drives: 1, or all of them under DataParallel
 
 
 class Engine(Protocol):
@@ -207,6 +210,56 @@ class HorovodEngine:
         self._hvd.shutdown()
 
 
+class DataParallelEngine:
+    """torch.nn.DataParallel: one process, started directly (no torchrun), that splits each
+    batch over the machine's GPUs, replicates the model onto them on every forward pass (in
+    threads) and sums the gradients onto GPU 0. The baseline DDP is measured against."""
+
+    def __init__(self, devices: int = 1) -> None:
+        self._devices = devices
+
+    def init(self, device_type: str) -> DistInfo:
+        device = _device(device_type, 0)
+        # On CPU DataParallel has no devices to split over: it runs the module as it is.
+        devices = self._devices if device_type == "cuda" else 1
+        backend = "nccl" if device_type == "cuda" else "none"
+        self._info = DistInfo(0, 1, 0, device, backend, devices)
+        return self._info
+
+    def wrap(
+        self,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        load: Workload,
+        grad_accum: int = 1,
+    ) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+        if self._info.device.type != "cuda":
+            return torch.nn.DataParallel(model), optimizer  # no GPUs: calls the module as is
+        return torch.nn.DataParallel(model, device_ids=list(range(self._info.devices))), optimizer
+
+    def no_sync(self, model: torch.nn.Module) -> AbstractContextManager[Any]:
+        return nullcontext()  # gradients land on GPU 0 in every backward; nothing to hold back
+
+    def compile(self, model: torch.nn.Module) -> torch.nn.Module:
+        # The planner never sends a compiled variant to dp (bench.plan.why_not_runnable).
+        raise ValueError("torch.compile is not applied under nn.DataParallel")
+
+    def step(self, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler | None) -> None:
+        if scaler is None:
+            optimizer.step()
+        else:
+            scaler.step(optimizer)
+
+    def barrier(self) -> None:
+        pass  # one process
+
+    def gather(self, obj: Any) -> list[Any]:
+        return [obj]
+
+    def shutdown(self) -> None:
+        pass
+
+
 def optimizer_state_tensors(optimizer: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
     """The optimizer's state tensors (momentum buffers, ...) under names every rank agrees on."""
     named = {}
@@ -218,11 +271,12 @@ def optimizer_state_tensors(optimizer: torch.optim.Optimizer) -> dict[str, torch
     return named
 
 
-ENGINES: dict[str, type[DdpEngine] | type[HorovodEngine]] = {
-    "ddp": DdpEngine,
-    "horovod": HorovodEngine,
-}
-
-
-def create(launcher: str) -> Engine:
-    return ENGINES[launcher]()
+def create(launcher: str, devices: int = 1) -> Engine:
+    """The engine of a launcher; `devices`: the GPUs a DataParallel process drives."""
+    if launcher == "ddp":
+        return DdpEngine()
+    if launcher == "horovod":
+        return HorovodEngine()
+    if launcher == "dp":
+        return DataParallelEngine(devices)
+    raise ValueError(f"unknown launcher {launcher!r}")

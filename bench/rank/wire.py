@@ -38,6 +38,7 @@ class RankReport:
     compile_s: float | None = None  # the first step, which compiled the model (--compile on)
     warmup_steps: int | None = None  # untimed steps actually run (warm-up until steady)
     loader_images_per_s: float | None = None  # real data: the loader alone, after the window
+    profile: dict[str, Any] | None = None  # --profile: profiling.profile_steps' summary (rank 0)
 
 
 @dataclass(frozen=True)

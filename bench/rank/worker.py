@@ -1,8 +1,10 @@
 """The per-rank training loop: `python -m bench.rank.worker --spec <encoded RunSpec>`.
 
-Started by torchrun (DDP) or horovodrun (Horovod); bench.engines holds the only lines that
-differ. Warm-up steps run untimed; then every rank times the same number of steps, and rank 0
-gathers all ranks' timings and prints them for the launcher (bench.rank.wire).
+Started by torchrun (DDP), horovodrun (Horovod) or directly (DataParallel: one process for all
+GPUs); bench.rank.engines holds the only lines that differ. Warm-up steps run untimed; then every
+rank times the same number of steps, and rank 0 gathers all ranks' timings and prints them for
+the launcher (bench.rank.wire). With --profile, a few more steps after the timed window are
+traced (bench.rank.profiling); NVTX ranges mark the phases and steps on GPUs.
 """
 
 from __future__ import annotations
@@ -22,9 +24,11 @@ from typing import Any
 import torch
 
 from bench.rank import engines, faults, wire
+from bench.rank.checkpointing import checkpoint_stages
 from bench.rank.data import Batch, loader_rate, make_batches, queue_depth
 from bench.rank.models import build_model, gradient_bytes
-from bench.rank.telemetry import GpuSampler
+from bench.rank.profiling import nvtx_range, profile_steps
+from bench.rank.telemetry import GpuSampler, merge_telemetry
 from bench.spec import SYNTHETIC, RunSpec
 
 AMP_DTYPES = {"amp-fp16": torch.float16, "amp-bf16": torch.bfloat16}
@@ -99,10 +103,11 @@ def timed_window(
         events[0].record()
     data_wait = 0.0
     for i in range(steps):
-        before = time.perf_counter()
-        images, labels = next(batches)
-        data_wait += time.perf_counter() - before
-        train_step(images, labels)
+        with nvtx_range(f"step {i}", device):
+            before = time.perf_counter()
+            images, labels = next(batches)
+            data_wait += time.perf_counter() - before
+            train_step(images, labels)
         if cuda:
             events[i + 1].record()
         else:
@@ -198,16 +203,20 @@ def set_up(spec: RunSpec, engine: engines.Engine, info: engines.DistInfo) -> Tra
     # fastest (what a tuned training job does; the plain loop in benchmarks/overhead.py too).
     torch.backends.cudnn.benchmark = info.device.type == "cuda"
     memory_format = torch.channels_last if variant.channels_last else torch.contiguous_format
-    model = build_model(load.model, load.num_classes).to(info.device, memory_format=memory_format)
+    model = build_model(load.model, load.num_classes)
+    if variant.activation_checkpointing:
+        checkpoint_stages(model)
+    model = model.to(info.device, memory_format=memory_format)
     grad_bytes = gradient_bytes(model)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     model, optimizer = engine.wrap(model, optimizer, load, variant.grad_accum)
     if variant.compile:
         model = engine.compile(model)
     train_step = make_train_step(model, optimizer, engine, variant.precision, info.device)
-    loader = make_batches(
-        load.data, spec.batch_per_gpu, load.image_size, load.num_classes, load.loader_workers,
-        info.rank, info.world_size, info.device, memory_format, load.seed, variant.loader,
+    loader = make_batches(  # DataParallel's one process takes every GPU's share of a batch
+        load.data, spec.batch_per_gpu * info.devices, load.image_size, load.num_classes,
+        load.loader_workers, info.rank, info.world_size, info.device, memory_format, load.seed,
+        variant.loader,
     )  # fmt: skip
     batches = micro_batches(loader, variant.grad_accum)  # one item per optimizer step
     return Training(train_step, batches, loader, grad_bytes)
@@ -220,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     load, variant = spec.workload, spec.variant
     torch.set_num_threads(spec.threads_per_rank)
     torch.manual_seed(load.seed)
-    engine = engines.create(spec.launcher)
+    engine = engines.create(spec.launcher, devices=spec.world_size)
     info = engine.init(load.device)
     training = set_up(spec, engine, info)
     train_step, batches, loader = training.train_step, training.batches, training.loader
@@ -228,13 +237,15 @@ def main(argv: list[str] | None = None) -> int:
     compile_s = None
     if variant.compile:  # the first step compiles: time it apart from the warm-up
         start = time.perf_counter()
-        train_step(*next(batches))
-        synchronize(info.device)
+        with nvtx_range("compile", info.device):
+            train_step(*next(batches))
+            synchronize(info.device)
         compile_s = time.perf_counter() - start
-    warmup_steps, step_estimate = warm_up(
-        train_step, batches, engine, info.device, max(0, load.warmup_steps - bool(compile_s)),
-        load.timed_seconds or None,
-    )  # fmt: skip
+    with nvtx_range("warm-up", info.device):
+        warmup_steps, step_estimate = warm_up(
+            train_step, batches, engine, info.device, max(0, load.warmup_steps - bool(compile_s)),
+            load.timed_seconds or None,
+        )  # fmt: skip
     warmup_steps += bool(compile_s)
     timed_steps = timed_steps_for(load.timed_seconds, step_estimate, load.timed_steps)
     faults.trigger(faults.fault_for(info.rank))
@@ -242,14 +253,24 @@ def main(argv: list[str] | None = None) -> int:
         torch.cuda.synchronize(info.device)
         torch.cuda.reset_peak_memory_stats(info.device)
     engine.barrier()  # every rank starts its window together
-    sampler = GpuSampler(info.local_rank if info.device.type == "cuda" else None).start()
-    window, step_s, data_wait = timed_window(train_step, batches, timed_steps, info.device)
-    telemetry = sampler.stop()
+    gpus = range(info.local_rank, info.local_rank + info.devices)  # DataParallel: all of them
+    samplers = [GpuSampler(g if info.device.type == "cuda" else None).start() for g in gpus]
+    with nvtx_range("timed window", info.device):
+        window, step_s, data_wait = timed_window(train_step, batches, timed_steps, info.device)
+    telemetry = merge_telemetry([s.stop() for s in samplers])
     loader_images_per_s = None
     if load.data != SYNTHETIC:  # the loader alone (no model), all ranks at once: its ceiling
         engine.barrier()
-        loader_images_per_s = loader_rate(
-            loader, timed_steps, info.device, skip=queue_depth(variant.loader, load.loader_workers)
+        with nvtx_range("loader only", info.device):
+            loader_images_per_s = loader_rate(
+                loader, timed_steps, info.device,
+                skip=queue_depth(variant.loader, load.loader_workers),
+            )  # fmt: skip
+    profile = None
+    if spec.trace_path:  # outside every measured window; rank 0 records, all ranks step
+        engine.barrier()
+        profile = profile_steps(
+            train_step, batches, info.device, spec.trace_path if info.rank == 0 else ""
         )
 
     report = wire.RankReport(
@@ -267,6 +288,7 @@ def main(argv: list[str] | None = None) -> int:
         compile_s=compile_s,
         warmup_steps=warmup_steps,
         loader_images_per_s=loader_images_per_s,
+        profile=profile,
     )
     send_report(spec, engine, info, training.gradient_bytes, timed_steps, report)
     engine.shutdown()
@@ -279,13 +301,14 @@ def send_report(
 ) -> None:  # fmt: skip
     """Every rank's report to rank 0, which prints the run's for the launcher."""
     reports = engine.gather(report)
+    images_per_step = spec.batch_per_gpu * info.devices * spec.variant.grad_accum
     if info.rank == 0:
         run = wire.RunReport(
             run_id=spec.run_id,
             backend=info.backend,
             world_size=info.world_size,
             gradient_bytes=grad_bytes,
-            images_per_rank=spec.batch_per_gpu * spec.variant.grad_accum * timed_steps,
+            images_per_rank=images_per_step * timed_steps,
             timed_steps=timed_steps,
             ranks=reports,
         )

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from bench import stats
 from bench.report.comparison import reference_section
 from bench.report.diagnosis import THRESHOLDS_TEXT, loader_section, observations, sanity_flags
+from bench.report.effects import effects_section
 from bench.report.epochs import epoch_section
 from bench.report.plots import plot_efficiency, plot_throughput
+from bench.report.profiles import profile_section
 from bench.report.summary import ScalingPoint, summarise
 from bench.report.tables import (
     failures_section,
@@ -89,7 +91,13 @@ def _intro(meta: dict[str, Any], cpu: bool) -> list[str]:
     ]
 
 
-def markdown(meta: dict[str, Any], runs: Sequence[RunRow], probes: Sequence[ProbeRow]) -> str:
+def markdown(
+    meta: dict[str, Any],
+    runs: Sequence[RunRow],
+    probes: Sequence[ProbeRow],
+    profiles: Mapping[str, Mapping[str, Any]] | None = None,
+    directory: Path = Path("."),
+) -> str:
     config = knob_values(meta)
     points = summarise(runs, probes)
     cpu = config.get("device") == "cpu"
@@ -107,9 +115,12 @@ def markdown(meta: dict[str, Any], runs: Sequence[RunRow], probes: Sequence[Prob
     loaders = loader_section(points, runs)
     if loaders:
         lines += ["## Input pipeline (real data)", "", *loaders, ""]
+    effects = effects_section(points, runs)
+    if effects:
+        lines += ["## Training-side knobs", "", *effects]
     comparison = launcher_comparison(points)
     if comparison:
-        lines += ["## DDP vs Horovod", "", *comparison, ""]
+        lines += ["## Launchers side by side", "", *comparison, ""]
     lines += ["## Allreduce probe", ""]
     lines += probe_table(probes) if probes else ["No probe (single rank, or --no-probe)."]
     lines += ["", "busbw = algbw x 2(n-1)/n (nccl-tests' definition).", ""]
@@ -121,6 +132,9 @@ def markdown(meta: dict[str, Any], runs: Sequence[RunRow], probes: Sequence[Prob
     lines += ["## GPU telemetry (timed window)", "", *telemetry_section(runs), ""]
     lines += ["## Failures", "", *failures_section(runs, probes), ""]
     lines += ["## System", "", *system_section(meta), ""]
+    appendix = profile_section(profiles or {}, directory)
+    if appendix:
+        lines += ["## Appendix: where a step's time goes (--profile)", "", *appendix]
     return "\n".join(lines)
 
 
@@ -132,5 +146,5 @@ def write_report(directory: Path) -> Path:
     plot_throughput(points, directory / "throughput.png")
     plot_efficiency(points, directory / "efficiency.png")
     path = directory / "report.md"
-    path.write_text(markdown(meta, runs, probes))
+    path.write_text(markdown(meta, runs, probes, store.profiles(), directory))
     return path

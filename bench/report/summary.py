@@ -53,10 +53,14 @@ class ScalingPoint:
     @property
     def shares_cores(self) -> bool:
         """CPU ranks on one host split its cores between them (and the allreduce)."""
-        return self.cpu and self.ranks_per_node > 1
+        return self.cpu and self.ranks_per_node > 1 and self.launcher != "dp"
 
     @property
     def placement(self) -> str:
+        if self.launcher == "dp":  # DataParallel: one process, whatever it drives
+            threads = f"{self.threads_per_rank} thread" + ("s" if self.threads_per_rank > 1 else "")
+            gpus = f"{self.gpus} GPU" + ("s" if self.gpus > 1 else "")
+            return f"1 process x {threads}" if self.cpu else f"1 process driving {gpus}"
         if not self.cpu:
             return f"{self.gpus} GPU" + ("s" if self.gpus > 1 else "")
         ranks = f"{self.gpus} rank" + ("s" if self.gpus > 1 else "")

@@ -87,21 +87,36 @@ def scaling_table(points: Sequence[ScalingPoint]) -> list[str]:
     return table(scaling_header(any(p.cpu for p in points)), rows)
 
 
+LAUNCHER_NAMES = {"ddp": "DDP", "horovod": "Horovod", "dp": "DataParallel"}
+# (numerator, denominator) ratios the comparison shows when both launchers ran
+LAUNCHER_RATIOS = (("horovod", "ddp"), ("ddp", "dp"))
+
+
 def launcher_comparison(points: Sequence[ScalingPoint]) -> list[str]:
+    """img/s of every launcher side by side per variant and GPU count, with Horovod / DDP and
+    DDP / DataParallel (what DDP gains over the single-process baseline)."""
     by_key = {(p.launcher, p.variant, p.gpus, p.nodes): p for p in points}
+    present = [x for x in LAUNCHER_NAMES if any(p.launcher == x for p in points)]
+    ratios = [(a, b) for a, b in LAUNCHER_RATIOS if a in present and b in present]
+    if len(present) < 2:
+        return []
     rows = []
-    for (launcher, variant, gpus, nodes), ddp in sorted(by_key.items()):
-        hvd = by_key.get(("horovod", variant, gpus, nodes))
-        if launcher != "ddp" or hvd is None:
+    for variant, gpus, nodes in sorted({(p.variant, p.gpus, p.nodes) for p in points}):
+        found = {x: by_key.get((x, variant, gpus, nodes)) for x in present}
+        if sum(1 for p in found.values() if p is not None and p.runs_ok) < 2:
             continue
-        ratio = hvd.throughput / ddp.throughput if ddp.throughput else math.nan
         where = str(gpus) if nodes == 1 else f"{gpus} ({nodes} nodes)"
-        rows.append([variant, where, num(ddp.throughput), num(hvd.throughput), num(ratio, 3)])
+        tput = {x: p.throughput if p is not None and p.runs_ok else math.nan
+                for x, p in found.items()}  # fmt: skip
+        cells = [num(tput[x]) for x in present]
+        cells += [num(tput[a] / tput[b], 3) if tput[b] else "n/a" for a, b in ratios]
+        rows.append([variant, where, *cells])
     if not rows:
         return []
     unit = "ranks" if any(p.cpu for p in points) else "GPUs"
-    header = ["variant", unit, "DDP img/s (mean of launches)",
-              "Horovod img/s (mean of launches)", "Horovod / DDP"]  # fmt: skip
+    header = ["variant", unit]
+    header += [f"{LAUNCHER_NAMES[x]} img/s (mean of launches)" for x in present]
+    header += [f"{LAUNCHER_NAMES[a]} / {LAUNCHER_NAMES[b]}" for a, b in ratios]
     return table(header, rows)
 
 

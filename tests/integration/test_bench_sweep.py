@@ -101,7 +101,8 @@ def test_horovod_sweep_with_fp16_compression(tmp_path: Path) -> None:
 @pytest.mark.usefixtures("horovod")
 def test_gradient_accumulation_under_both_launchers(tmp_path: Path) -> None:
     # DDP skips the allreduce (no_sync) on the first micro-batch, Horovod holds it back with
-    # backward_passes_per_step=2: each step trains 2 x 4 images per rank, one allreduce.
+    # backward_passes_per_step=2: each step trains 2 x 4 images per rank, one allreduce, so the
+    # effective global batch is 2 ranks x 2 micro-batches x 4 images.
     done, d = sweep(tmp_path, "--launchers", "ddp,horovod", "--gpus", "2", "--repeats", "1",
                     "--no-probe", "--grad-accum", "2")  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
@@ -109,8 +110,9 @@ def test_gradient_accumulation_under_both_launchers(tmp_path: Path) -> None:
     assert set(runs) == {"ddp-n2-fp32-nchw-acc2-r0", "horovod-n2-fp32-nchw-acc2-r0"}
     for run in runs.values():
         assert run["status"] == "ok", run["error"]
-        assert run["grad_accum"] == 2 and run["global_batch"] == 8
-        assert run["images"] == 2 * 8 * 3  # micro-batches x global batch x timed steps
+        assert run["grad_accum"] == 2 and run["global_batch"] == 16
+        assert run["images"] == 16 * 3  # global batch per optimizer step x timed steps
+        assert run["allreduce_mb_per_image"] == pytest.approx(run["gradient_mb"] / 8)
     assert "fp32-nchw-acc2" in (d / "report.md").read_text()
 
 

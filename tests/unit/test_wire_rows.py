@@ -61,7 +61,7 @@ def test_wire_lines_stay_below_pipe_buf() -> None:
 
 
 def test_measurements_from_every_rank() -> None:
-    m = rows.measurements(REPORT)
+    m = rows.measurements(REPORT, spec_for_two_ranks())
     assert m["images"] == 48
     assert m["window_s"] == 2.5  # the slowest rank
     assert m["throughput"] == pytest.approx(48 / 2.5)
@@ -72,7 +72,39 @@ def test_measurements_from_every_rank() -> None:
     assert m["data_wait_s"] == 0.05 and m["data_wait_fraction"] == pytest.approx(0.02)
     assert m["peak_memory_gb"] == pytest.approx(2.000000001)
     assert m["gradient_mb"] == pytest.approx(102.228128)
+    assert m["allreduce_mb_per_image"] == pytest.approx(102.228128 / 8)  # batch 8, no accumulation
     assert m["sm_clock_mhz_mean"] is None and m["throttle_reasons"] == ""
+
+
+def test_allreduce_per_image_follows_accumulation_compression_and_launcher() -> None:
+    def spec(*argv: str):  # type: ignore[no-untyped-def]
+        config = config_for(["--gpus", "1,2", *argv], cpu_machine())
+        return plan_sweep(config, "s", local_placement(2), 2)
+
+    grads = 100_000_000
+    one, two = spec("--launchers", "ddp", "--grad-accum", "4")[:2]
+    assert rows.allreduce_mb_per_image(one, grads) == 0.0  # one GPU reduces nothing
+    assert rows.allreduce_mb_per_image(two, grads) == pytest.approx(100 / (8 * 4))
+    assert two.global_batch == 8 * 2 * 4  # images per optimizer step
+    fp16 = spec("--launchers", "horovod", "--fp16-allreduce")[1]
+    assert rows.allreduce_mb_per_image(fp16, grads) == pytest.approx(50 / 8)
+    # DataParallel sums every backward's gradients onto GPU 0: accumulation does not spread it
+    dp = spec("--launchers", "dp", "--grad-accum", "4")[1]
+    assert rows.allreduce_mb_per_image(dp, grads) == pytest.approx(100 / 8)
+
+
+def test_dataparallel_row_counts_the_gpus_its_one_process_drives() -> None:
+    config = config_for(["--gpus", "1,2", "--launchers", "dp"], cpu_machine())
+    dp = plan_sweep(config, "s", local_placement(2), 2)[1]
+    report = wire.RunReport(  # one process reporting for both GPUs' images
+        run_id=dp.run_id, backend="nccl", world_size=1, gradient_bytes=10, images_per_rank=48,
+        ranks=[rank(0, 2.0, [0.5, 0.5, 1.0])],
+    )  # fmt: skip
+    m = rows.measurements(report, dp)
+    assert m["throughput"] == pytest.approx(24.0) and m["throughput_per_gpu"] == pytest.approx(12)
+    output = "\n".join(wire.encode(dp.run_id, report.to_dict()))
+    row = rows.run_row(dp, result(0, output), "t0")
+    assert row.interconnect == "in-process (DataParallel over 2 GPUs)" and row.gpus == 2
 
 
 TORCHRUN_FAILURE = """\
