@@ -283,6 +283,18 @@ MACHINE_RULES: dict[str, Callable[[Request, Environment, bool], Any]] = {
 }
 
 
+def chosen_defaults(request: Request, env: Environment) -> list[str]:
+    """Why each GPU default the user left to the machine has its value (bench.gpu_defaults),
+    for the sweep log and the report; [] on CPU or where the GPU is not known."""
+    asked = request.values.get("device")
+    if (env.device if asked in (None, "auto") else asked) != "cuda":
+        return []
+    chosen = _gpu_defaults(env)
+    if chosen is None:
+        return []
+    return [why for name, why in chosen.reasons.items() if request.values.get(name) is None]
+
+
 def resolve(request: Request, env: Environment) -> BenchConfig:
     """Fill machine-dependent defaults: GPU sweeps are real benchmarks, CPU sweeps smoke tests."""
     asked = request.values.get("device")

@@ -43,7 +43,9 @@ class GpuDefaults:
     channels_last: bool
     compile: bool
     batch_per_gpu: int
-    reasons: tuple[str, ...]  # one line per choice, for the sweep log and the report
+    # why each value was chosen, by the knob it fills (bench.spec / bench.config field names):
+    # printed when a sweep starts and stated in the report for every default the user kept
+    reasons: dict[str, str]
 
 
 def batch_for_memory(memory_gb: float) -> int:
@@ -56,14 +58,14 @@ def gpu_defaults(gpu: GpuDescription) -> GpuDefaults:
     cc = f"{gpu.capability[0]}.{gpu.capability[1]}"
     precision = "amp-bf16" if ampere else "amp-fp16" if tensor_cores else "fp32"
     batch = batch_for_memory(gpu.memory_gb)
-    reasons = (
-        f"precision {precision}: compute capability {cc}"
+    reasons = {
+        "precision": f"precision {precision}: compute capability {cc}"
         + (" has bf16" if ampere else " has fp16 tensor cores, no bf16" if tensor_cores
            else " has no tensor cores"),
-        f"memory format {'channels_last' if tensor_cores else 'nchw'}: "
+        "channels_last": f"memory format {'channels_last' if tensor_cores else 'nchw'}: "
         + ("tensor cores run NHWC convolutions natively" if tensor_cores else "no tensor cores"),
-        f"compile {'on' if ampere else 'off'}: "
+        "compile": f"compile {'on' if ampere else 'off'}: "
         + ("faster on Ampere and newer" if ampere else "gain not established before Ampere"),
-        f"batch {batch} per GPU: {gpu.memory_gb:.0f} GB of memory",
-    )  # fmt: skip
+        "batch_size": f"batch {batch} per GPU: {gpu.memory_gb:.0f} GB of memory",
+    }  # fmt: skip
     return GpuDefaults(precision, tensor_cores, ampere, batch, reasons)

@@ -30,12 +30,12 @@ from pathlib import Path
 from typing import Any
 
 from bench.config import Environment, HorovodStatus
+from bench.gpu_defaults import AMPERE
 
 SURVEY_MARKER = "@@bench-node"
 REPO_ROOT = Path(__file__).resolve().parent.parent
-# Native bf16 and TF32 math arrive with compute capability 8.0 (Ampere). Older GPUs may emulate
+# Native bf16 and TF32 math arrive with compute capability 8.0 (AMPERE). Older GPUs may emulate
 # bf16 (torch.cuda.is_bf16_supported() can say True there), which a benchmark must not count.
-AMPERE = (8, 0)
 
 
 def cpu_cores() -> int:

@@ -29,6 +29,7 @@ from bench.config import (
     ConfigError,
     Environment,
     Request,
+    chosen_defaults,
     horovod_problem,
     resolve,
     validate,
@@ -118,7 +119,12 @@ def fresh_sweep(request: Request, env: Environment) -> Sweep:
         suffix += 1
         sweep_id = f"{base}-{suffix}"
     store = ResultStore(Path(config.out_root) / sweep_id)
-    return Sweep(config, store, {"sweep_id": sweep_id, "config": config.to_dict()})
+    meta = {
+        "sweep_id": sweep_id,
+        "config": config.to_dict(),
+        "defaults_chosen": chosen_defaults(request, env),  # why, for the report
+    }
+    return Sweep(config, store, meta)
 
 
 def choose_launcher(sweep: Sweep, nodes: SshLauncher | None) -> Launcher:
@@ -174,6 +180,8 @@ def announce(sweep: Sweep, resumed: bool, launched: int, probes: int, done: int)
         f"launchers {list(config.launchers)}",
         file=sys.stderr,
     )
+    for reason in sweep.meta.get("defaults_chosen", []) if not resumed else []:
+        print(f"bench: default {reason}", file=sys.stderr)
     for launcher, reason in sweep.unavailable.items():
         print(f"bench: {launcher} unavailable, its runs are recorded as such: {reason}",
               file=sys.stderr)  # fmt: skip

@@ -152,7 +152,8 @@ def run_on_nodes(
     When one node fails (its launcher exits non-zero, or its ssh connection drops because the
     node died), the others get failure_grace_s to notice and exit by themselves; then they, and
     everything of the run on every node of `hosts` (the launch's placement: horovodrun reaches
-    nodes no command names), are stopped with `policy`. The whole run never exceeds timeout_s
+    nodes no command names), are stopped with `policy`. After every launch, failed or not, what
+    is left of the run on those nodes is stopped the same way. The whole run never exceeds timeout_s
     plus the failure grace and the policy's. Node i's output goes to log_dir/node<i>-<host>.log.
     """
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -166,9 +167,11 @@ def run_on_nodes(
         _wait(procs, started + timeout_s, failure_grace_s, poll_s)
     finally:
         leftovers = [(p, o) for p, o in procs if p.poll() is None]
-        if leftovers or any(o.returncode not in (0, None) for _, o in procs):
+        if procs:
             # Clean every node of the placement, not only those still attached: a node whose
-            # ssh dropped may still run ranks.
+            # ssh dropped may still run ranks, and even after a clean exit a rank that
+            # horovodrun started over ssh can outlive it for a moment. Only this run's tagged
+            # processes are touched; after a clean run there is usually nothing to stop.
             every = list(dict.fromkeys([c.host for c in commands] + list(hosts)))
             for host, result in kill_run(every, tag, options, policy).items():
                 if result.returncode != 0:

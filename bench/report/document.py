@@ -67,28 +67,45 @@ def knob_values(meta: dict[str, Any]) -> dict[str, Any]:
     return {**stored, **stored.get("axes", {}), **stored.get("workload", {})}
 
 
+def window_text(config: dict[str, Any]) -> str:
+    """How each run's warm-up and timed window were chosen."""
+    warmup, steps, seconds = (config.get(k) for k in ("warmup_steps", "timed_steps",
+                                                     "timed_seconds"))  # fmt: skip
+    if seconds:
+        return (
+            f"warm-up: at least {warmup} steps, then until the median step time of consecutive "
+            f"~1 s windows agreed within 2 % (at most {num(seconds, 0)} s more), excluded; timed "
+            f"window: {num(seconds, 0)} s (at least {steps} steps; each row records the steps "
+            "run)"
+        )
+    return f"{warmup} warm-up steps (excluded) + {steps} timed steps per run"
+
+
 def _intro(meta: dict[str, Any], cpu: bool) -> list[str]:
     config, system = knob_values(meta), meta.get("system", {})
     scaling = (
         f"strong scaling: global batch fixed at {config.get('global_batch')}"
         if config.get("global_batch")
         else f"weak scaling: per-GPU batch fixed at {config.get('batch_size')}, "
-        "global batch = per-GPU batch x GPUs"
+        "global batch = per-GPU batch x GPUs x accumulation"
     )
     lines = [f"# {config.get('model', 'model')} training scaling on {system.get('host', '?')}", ""]
     if cpu:
         lines += [CPU_BANNER, ""]
-    return [
-        *lines,
+    lines += [
         f"Sweep `{meta.get('sweep_id')}`: {meta.get('state')}, started {meta.get('started_at')}, "
         f"{num(meta.get('elapsed_s', math.nan), 0)} s. Device: "
         f"{'CPU processes (gloo)' if cpu else system.get('gpu_name')}. {config.get('model')} at "
         f"{config.get('image_size')}x{config.get('image_size')}, {scaling}; data: "
-        f"{config.get('data')}; {config.get('warmup_steps')} warm-up steps (excluded) + "
-        f"{config.get('timed_steps')} timed steps per run; {config.get('repeats')} launches per "
+        f"{config.get('data')}; {window_text(config)}; {config.get('repeats')} launches per "
         "configuration. Every knob is a column of runs.csv.",
         "",
     ]
+    chosen = meta.get("defaults_chosen") or []
+    if chosen:
+        lines += ["Defaults chosen for this GPU (bench/gpu_defaults.py; each is a knob you can "
+                  "set or sweep):", "", *(f"- {why}" for why in chosen), ""]  # fmt: skip
+    return lines
 
 
 def markdown(

@@ -23,7 +23,8 @@ def test_hopper_gets_the_whole_fast_path() -> None:
     assert (chosen.precision, chosen.channels_last, chosen.compile, chosen.batch_per_gpu) == (
         "amp-bf16", True, True, 256,
     )  # fmt: skip
-    assert len(chosen.reasons) == 4 and "9.0 has bf16" in chosen.reasons[0]
+    assert set(chosen.reasons) == {"precision", "channels_last", "compile", "batch_size"}
+    assert "9.0 has bf16" in chosen.reasons["precision"]
 
 
 def test_ampere_40gb() -> None:
@@ -39,7 +40,7 @@ def test_before_ampere_fp16_channels_last_no_compile(gpu: GpuDescription) -> Non
     assert (chosen.precision, chosen.channels_last, chosen.compile, chosen.batch_per_gpu) == (
         "amp-fp16", True, False, 128,
     )  # fmt: skip
-    assert "no bf16" in chosen.reasons[0]
+    assert "no bf16" in chosen.reasons["precision"]
 
 
 def test_no_tensor_cores() -> None:
@@ -88,3 +89,22 @@ def test_a_sweep_on_a_described_gpu_takes_these_defaults_and_the_user_overrides_
         8,
     )
     assert cpu.workload.timed_seconds == 0.0  # CPU smoke runs keep fixed step counts
+
+
+def test_the_report_says_why_each_default_the_user_kept_was_chosen() -> None:
+    from bench import report
+    from bench.config import chosen_defaults
+    from bench.options import parse_request
+
+    kept = chosen_defaults(parse_request(["--compile", "off"]), described(H100))
+    assert [w.split(":")[0] for w in kept] == [
+        "precision amp-bf16",
+        "memory format channels_last",
+        "batch 256 per GPU",
+    ]  # fmt: skip  (compile was set by the user: no reason to give)
+    assert chosen_defaults(parse_request([]), cpu_machine()) == []
+    config = config_for(["--compile", "off"], described(H100))
+    meta = {"config": config.to_dict(), "defaults_chosen": kept, "system": {}}
+    text = report.markdown(meta, [], [])
+    assert "Defaults chosen for this GPU" in text and "- batch 256 per GPU: 85 GB of memory" in text
+    assert "timed window: 15 s (at least 100 steps" in text  # not "100 timed steps"
