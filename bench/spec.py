@@ -205,6 +205,12 @@ class Workload:
         "window lasts this long; --warmup-steps and --steps become minimums. 0: exactly "
         "--warmup-steps and --steps", parse=float, gpu=15.0, cpu=0.0, at_least=0,
     )})  # fmt: skip
+    compile_ddp_split: bool = field(default=False, metadata={"knob": Knob(
+        "--compile-ddp-split", "DDP with --compile on: let Dynamo split the compiled graph at "
+        "DDP's gradient buckets (torch's own default) so each bucket's allreduce overlaps the "
+        "rest of backward, instead of one graph whose allreduces start when backward ends",
+        default=False, switch=True, words="off: one graph",
+    )})  # fmt: skip
     profile: bool = field(default=False, metadata={"knob": Knob(
         "--profile", "after the timed window, trace a few more steps of one rank per "
         "configuration with torch.profiler (Chrome/Perfetto JSON beside the logs; the report's "

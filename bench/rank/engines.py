@@ -110,18 +110,23 @@ class DdpEngine:
         # the DDP module as _orig_mod.
         return getattr(model, "_orig_mod", model).no_sync()
 
+    def __init__(self, split_graph: bool = False) -> None:
+        self._split_graph = split_graph
+
     def compile(self, model: torch.nn.Module) -> torch.nn.Module:
-        # By default Dynamo's DDPOptimizer cuts the compiled graph at every DDP bucket boundary
-        # so each bucket's allreduce can start while backward goes on. The cuts cost more than
-        # the overlap gains on one node: they stop Inductor fusing across them and add graph
-        # launches (measured on one H100, ResNet-50 amp-bf16 channels_last batch 128: 4,877
-        # img/s compiled without DDP, 3,502 compiled under DDP with the cuts; pytorch#108966,
-        # modded-nanogpt#97). One graph keeps the whole speed-up; DDP's reducer then allreduces
-        # each bucket as the compiled backward hands over the gradients, as Horovod's hooks do,
-        # so both launchers run the same arrangement. Set before the first compiled call.
+        # Dynamo's DDPOptimizer (torch's default) cuts the compiled graph at every DDP bucket
+        # boundary, so each bucket's allreduce can start while the rest of backward runs. On one
+        # node the cuts cost more than the overlap gains: they stop Inductor fusing across them
+        # and add graph launches (one H100, ResNet-50 amp-bf16 channels_last batch 128: 4,877
+        # img/s compiled without DDP, 3,502 compiled under DDP with the cuts; pytorch#108966).
+        # So by default the model is one graph (optimize_ddp = False): its compiled backward
+        # hands all gradients over at its end, and DDP's reducer allreduces the buckets then,
+        # without overlap. That costs the allreduce time once per step: small over NVLink (about
+        # 1 ms for ResNet-50's 102 MB), not across nodes over a slower network, where
+        # --compile-ddp-split restores torch's arrangement. Set before the first compiled call.
         import torch._dynamo
 
-        torch._dynamo.config.optimize_ddp = False
+        torch._dynamo.config.optimize_ddp = self._split_graph
         return torch.compile(model)
 
     def step(self, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler | None) -> None:
@@ -271,10 +276,11 @@ def optimizer_state_tensors(optimizer: torch.optim.Optimizer) -> dict[str, torch
     return named
 
 
-def create(launcher: str, devices: int = 1) -> Engine:
-    """The engine of a launcher; `devices`: the GPUs a DataParallel process drives."""
+def create(launcher: str, devices: int = 1, split_graph: bool = False) -> Engine:
+    """The engine of a launcher; `devices`: the GPUs a DataParallel process drives;
+    `split_graph`: DDP + compile split at buckets (--compile-ddp-split)."""
     if launcher == "ddp":
-        return DdpEngine()
+        return DdpEngine(split_graph)
     if launcher == "horovod":
         return HorovodEngine()
     if launcher == "dp":

@@ -229,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     load, variant = spec.workload, spec.variant
     torch.set_num_threads(spec.threads_per_rank)
     torch.manual_seed(load.seed)
-    engine = engines.create(spec.launcher, devices=spec.world_size)
+    engine = engines.create(spec.launcher, spec.world_size, load.compile_ddp_split)
     info = engine.init(load.device)
     training = set_up(spec, engine, info)
     train_step, batches, loader = training.train_step, training.batches, training.loader

@@ -171,3 +171,17 @@ def test_report_sets_each_knob_value_beside_the_default_and_dp_beside_ddp() -> N
     assert "| ddp | fp32-nchw | 1 | off | 8 | 100.5 | 100.0 % | 1.500 | 9.00 |" in text
     assert "DDP / DataParallel" in text
     assert "| fp32-nchw | 1 | 100.5 | 80.5 | 1.248 |" in text
+
+
+def test_ddp_compile_is_one_graph_unless_split_at_buckets_is_asked() -> None:
+    import torch._dynamo
+
+    config = config_for(["--compile-ddp-split"], cpu_machine())
+    assert (
+        config.workload.compile_ddp_split
+        and not config_for([], cpu_machine()).workload.compile_ddp_split
+    )
+    for split in (False, True):
+        engines.DdpEngine(split_graph=split).compile(torch.nn.Linear(2, 2))
+        assert torch._dynamo.config.optimize_ddp is split
+    torch._dynamo.config.optimize_ddp = True  # torch's own default, for the tests that follow
