@@ -116,6 +116,12 @@ class BenchConfig:
         "--probe-mb", "allreduce probe size in MB (ResNet-50's fp32 gradients are ~102 MB)",
         parse=float, default=100.0, above=0,
     )  # fmt: skip
+    nccl_tests: str = knob(
+        "--nccl-tests", "NVIDIA's all_reduce_perf (the file or its directory) run beside each "
+        "single-node GPU probe at the same size; 'off' to skip", default="",
+        words="all_reduce_perf on PATH, else the newest under /opt/nccl-tests (the nccl_tests "
+        "role's), if any",
+    )  # fmt: skip
     probe_iterations: int = knob("--probe-iterations", "timed allreduces", parse=int,
                                  gpu=20, cpu=5, at_least=1)  # fmt: skip
     dataset_size: int = knob(

@@ -141,6 +141,9 @@ class ProbeRow:
     time_s: float | None = None  # median time of one allreduce
     algbw_gbps: float | None = None  # GB/s = nbytes / time
     busbw_gbps: float | None = None  # algbw * 2(n-1)/n, as nccl-tests defines it
+    # nccl-tests' all_reduce_perf at the same size and GPUs (bench.nccl_tests), where installed
+    nccl_tests_busbw_gbps: float | None = None
+    nccl_tests: str = ""  # the command that gave it, or why there is none
 
 
 Row = TypeVar("Row")

@@ -23,7 +23,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from bench import report, rows
+from bench import nccl_tests, report, rows
 from bench.config import (
     BenchConfig,
     ConfigError,
@@ -43,7 +43,7 @@ from bench.options import explicit_options
 from bench.plan import local_placement, plan_probes, plan_sweep, why_not_runnable
 from bench.rank import models
 from bench.results import ResultStore
-from bench.schema import Status
+from bench.schema import ProbeRow, Status
 from bench.spec import HostSlots, ProbeSpec, RunSpec
 from bench.sysinfo import collect_system_info
 
@@ -222,6 +222,23 @@ def launch_one(sweep: Sweep, spec: RunSpec | ProbeSpec, launcher: Launcher) -> E
     return launcher.run(spec, sweep.config.timeout_s, logs / f"{spec.run_id}.log")
 
 
+def beside_nccl_tests(
+    row: ProbeRow, probe: ProbeSpec, config: BenchConfig, launcher: Launcher
+) -> ProbeRow:
+    """A GPU probe's row with nccl-tests' bus bandwidth at the same size and GPUs beside it."""
+    if probe.device != "cuda" or config.nccl_tests == "off":
+        return row
+    if not isinstance(launcher, LocalLauncher) or len(probe.placement) > 1:
+        note = "not run: across nodes nccl-tests needs an MPI build and launch"
+        return dataclasses.replace(row, nccl_tests=note)
+    binary = nccl_tests.find_binary(config.nccl_tests)
+    if binary is None:
+        note = "not installed (the nccl_tests role, or --nccl-tests PATH)"
+        return dataclasses.replace(row, nccl_tests=note)
+    result = nccl_tests.measure(binary, probe.nbytes, probe.world_size, probe.iterations)
+    return dataclasses.replace(row, nccl_tests_busbw_gbps=result.busbw_gbps, nccl_tests=result.note)
+
+
 def unavailable_reason(sweep: Sweep, spec: RunSpec) -> str:
     """Why a run is recorded without launching it: its launcher cannot run here at all, or
     not in this configuration ("" when it runs)."""
@@ -242,7 +259,8 @@ def run_all(sweep: Sweep, runs: list[RunSpec], probes: list[ProbeSpec],
     for probe in probes:
         progress.bar.set_postfix_str(probe.probe_id)
         started_at = rows.now_iso()
-        store.probes.append(rows.probe_row(probe, launch_one(sweep, probe, launcher), started_at))
+        row = rows.probe_row(probe, launch_one(sweep, probe, launcher), started_at)
+        store.probes.append(beside_nccl_tests(row, probe, sweep.config, launcher))
         progress.done(probe.probe_id)
     for spec in runs:
         if unavailable_reason(sweep, spec):

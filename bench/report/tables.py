@@ -121,16 +121,23 @@ def launcher_comparison(points: Sequence[ScalingPoint]) -> list[str]:
 
 
 def probe_table(probes: Sequence[ProbeRow]) -> list[str]:
-    rows = [
-        [
+    """Each probe's bandwidth, and nccl-tests' beside it where it ran (or why it did not)."""
+    beside = any(p.nccl_tests for p in probes)
+    rows = []
+    for p in sorted(probes, key=lambda p: p.gpus):
+        row = [
             str(p.gpus), p.hosts, p.backend, p.interconnect or p.status,
             f"{p.nbytes / 1e6:.0f} MB", num((p.time_s or math.nan) * 1e3, 2),
             num(p.algbw_gbps or math.nan, 2), num(p.busbw_gbps or math.nan, 2),
-        ]
-        for p in sorted(probes, key=lambda p: p.gpus)
-    ]  # fmt: skip
+        ]  # fmt: skip
+        if beside:
+            figure = p.nccl_tests_busbw_gbps
+            row.append(num(figure, 2) if figure is not None else escape(p.nccl_tests or "n/a"))
+        rows.append(row)
     header = ["GPUs", "hosts", "backend", "interconnect", "size", "ms (median)", "algbw GB/s",
               "busbw GB/s"]  # fmt: skip
+    if beside:
+        header.append("nccl-tests busbw GB/s (all_reduce_perf, same size)")
     return table(header, rows)
 
 

@@ -1,0 +1,86 @@
+"""NVIDIA's nccl-tests beside the bench's own allreduce probe.
+
+Where nccl-tests is installed (the nccl_tests role puts it in /opt/nccl-tests/<version>/bin, or
+`all_reduce_perf` is on PATH), a single-node GPU sweep runs `all_reduce_perf` once per probed
+GPU count at the probe's message size, one process driving the GPUs (-g N), and records its bus
+bandwidth beside the probe's: the two should agree, and when they do not the probe (torch's
+NCCL, the bench's process layout) or the installation is the place to look. Multi-node needs
+nccl-tests built with MPI and an MPI launch, which this does not attempt.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+BINARY = "all_reduce_perf"
+ROLE_PREFIX = Path("/opt/nccl-tests")  # the nccl_tests role's default nccl_tests_prefix
+# One result row: size count type redop root | time algbw busbw #wrong (out-of-place) | ...
+ROW = re.compile(
+    r"^\s*(?P<size>\d+)\s+\d+\s+\S+\s+\S+\s+\S+\s+(?P<time>[\d.]+)\s+(?P<algbw>[\d.]+)"
+    r"\s+(?P<busbw>[\d.]+)\s+(?P<wrong>\S+)",
+    re.M,
+)
+
+
+@dataclass(frozen=True)
+class NcclTestsResult:
+    busbw_gbps: float | None
+    algbw_gbps: float | None
+    note: str  # the command that ran, or why there is no figure
+
+
+def _version_key(path: Path) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", path.parent.parent.name))
+
+
+def find_binary(asked: str = "", prefix: Path = ROLE_PREFIX) -> Path | None:
+    """all_reduce_perf: `asked` (the file or its directory), else on PATH, else the newest
+    version the nccl_tests role installed under `prefix`."""
+    if asked:
+        path = Path(asked)
+        path = path / BINARY if path.is_dir() else path
+        return path if path.is_file() else None
+    on_path = shutil.which(BINARY)
+    if on_path:
+        return Path(on_path)
+    installed = [p for p in prefix.glob(f"*/bin/{BINARY}") if p.is_file()]
+    return max(installed, key=_version_key) if installed else None
+
+
+def argv(binary: Path, nbytes: int, gpus: int, iterations: int) -> list[str]:
+    """One message size (the probe's), out-of-place and in-place, `gpus` GPUs in one process."""
+    size = str(nbytes - nbytes % 4)  # whole floats
+    return [str(binary), "-b", size, "-e", size, "-g", str(gpus), "-n", str(iterations),
+            "-w", "5", "-c", "1"]  # fmt: skip
+
+
+def parse(output: str, nbytes: int) -> tuple[float, float] | None:
+    """(algbw, busbw) in GB/s of the out-of-place result at `nbytes` (nccl-tests' own GB/s:
+    1e9 bytes); None when that row is missing or reports wrong results."""
+    for row in ROW.finditer(output):
+        if int(row["size"]) == nbytes - nbytes % 4:
+            if row["wrong"] not in ("0", "N/A"):
+                return None
+            return float(row["algbw"]), float(row["busbw"])
+    return None
+
+
+def measure(
+    binary: Path, nbytes: int, gpus: int, iterations: int, timeout_s: float = 300
+) -> NcclTestsResult:
+    command = argv(binary, nbytes, gpus, iterations)
+    shown = " ".join(command)
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return NcclTestsResult(None, None, f"{shown}: {exc}")
+    figures = parse(done.stdout, nbytes) if done.returncode == 0 else None
+    if figures is None:
+        lines = (done.stderr or done.stdout).strip().splitlines()
+        reason = lines[-1] if lines else "no result at that size"
+        return NcclTestsResult(None, None, f"{shown} (exit {done.returncode}): {reason}")
+    return NcclTestsResult(figures[1], figures[0], shown)
