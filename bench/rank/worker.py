@@ -222,20 +222,14 @@ def set_up(spec: RunSpec, engine: engines.Engine, info: engines.DistInfo) -> Tra
     return Training(train_step, batches, loader, grad_bytes)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--spec", required=True, help="RunSpec.encode() of the run")
-    spec = RunSpec.decode(parser.parse_args(argv).spec)
-    load, variant = spec.workload, spec.variant
-    torch.set_num_threads(spec.threads_per_rank)
-    torch.manual_seed(load.seed)
-    engine = engines.create(spec.launcher, spec.world_size, load.compile_ddp_split)
-    info = engine.init(load.device)
-    training = set_up(spec, engine, info)
-    train_step, batches, loader = training.train_step, training.batches, training.loader
-
+def settle(
+    spec: RunSpec, engine: engines.Engine, info: engines.DistInfo, training: Training
+) -> tuple[float | None, int, int]:
+    """The untimed start of a run: the compiling first step (timed on its own), then warm-up
+    until steady. Returns (compile seconds or None, warm-up steps run, steps to time)."""
+    load, train_step, batches = spec.workload, training.train_step, training.batches
     compile_s = None
-    if variant.compile:  # the first step compiles: time it apart from the warm-up
+    if spec.variant.compile:  # the first step compiles: time it apart from the warm-up
         start = time.perf_counter()
         with nvtx_range("compile", info.device):
             train_step(*next(batches))
@@ -246,8 +240,43 @@ def main(argv: list[str] | None = None) -> int:
             train_step, batches, engine, info.device, max(0, load.warmup_steps - bool(compile_s)),
             load.timed_seconds or None,
         )  # fmt: skip
-    warmup_steps += bool(compile_s)
     timed_steps = timed_steps_for(load.timed_seconds, step_estimate, load.timed_steps)
+    return compile_s, warmup_steps + bool(compile_s), timed_steps
+
+
+def after_window(
+    spec: RunSpec, engine: engines.Engine, info: engines.DistInfo, training: Training,
+    timed_steps: int,
+) -> tuple[float | None, dict[str, Any] | None]:  # fmt: skip
+    """What runs after the timed window, all ranks together: real data's loader alone (its
+    img/s) and the --profile steps (rank 0's trace summary)."""
+    loader_images_per_s = profile = None
+    if spec.workload.data != SYNTHETIC:  # the loader alone (no model): its ceiling
+        engine.barrier()
+        with nvtx_range("loader only", info.device):
+            loader_images_per_s = loader_rate(
+                training.loader, timed_steps, info.device,
+                skip=queue_depth(spec.variant.loader, spec.workload.loader_workers),
+            )  # fmt: skip
+    if spec.trace_path:  # rank 0 records, every rank steps (collectives stay matched)
+        engine.barrier()
+        profile = profile_steps(
+            training.train_step, training.batches, info.device,
+            spec.trace_path if info.rank == 0 else "",
+        )  # fmt: skip
+    return loader_images_per_s, profile
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--spec", required=True, help="RunSpec.encode() of the run")
+    spec = RunSpec.decode(parser.parse_args(argv).spec)
+    torch.set_num_threads(spec.threads_per_rank)
+    torch.manual_seed(spec.workload.seed)
+    engine = engines.create(spec.launcher, spec.world_size, spec.workload.compile_ddp_split)
+    info = engine.init(spec.workload.device)
+    training = set_up(spec, engine, info)
+    compile_s, warmup_steps, timed_steps = settle(spec, engine, info, training)
     faults.trigger(faults.fault_for(info.rank))
     if info.device.type == "cuda":
         torch.cuda.synchronize(info.device)
@@ -256,23 +285,11 @@ def main(argv: list[str] | None = None) -> int:
     gpus = range(info.local_rank, info.local_rank + info.devices)  # DataParallel: all of them
     samplers = [GpuSampler(g if info.device.type == "cuda" else None).start() for g in gpus]
     with nvtx_range("timed window", info.device):
-        window, step_s, data_wait = timed_window(train_step, batches, timed_steps, info.device)
-    telemetry = merge_telemetry([s.stop() for s in samplers])
-    loader_images_per_s = None
-    if load.data != SYNTHETIC:  # the loader alone (no model), all ranks at once: its ceiling
-        engine.barrier()
-        with nvtx_range("loader only", info.device):
-            loader_images_per_s = loader_rate(
-                loader, timed_steps, info.device,
-                skip=queue_depth(variant.loader, load.loader_workers),
-            )  # fmt: skip
-    profile = None
-    if spec.trace_path:  # outside every measured window; rank 0 records, all ranks step
-        engine.barrier()
-        profile = profile_steps(
-            train_step, batches, info.device, spec.trace_path if info.rank == 0 else ""
+        window, step_s, data_wait = timed_window(
+            training.train_step, training.batches, timed_steps, info.device
         )
-
+    telemetry = merge_telemetry([s.stop() for s in samplers])
+    loader_images_per_s, profile = after_window(spec, engine, info, training, timed_steps)
     report = wire.RankReport(
         rank=info.rank,
         local_rank=info.local_rank,

@@ -97,3 +97,22 @@ def test_rank_side_imports_no_controller_module() -> None:
 
 def test_bench_spec_imports_nothing_of_bench() -> None:
     assert import_graph()["bench.spec"] == set()
+
+
+MAX_MODULE_LINES = 500
+MAX_FUNCTION_LINES = 60  # a screen
+
+
+def test_every_bench_module_and_function_stays_small() -> None:
+    too_long = []
+    for module in sorted(BENCH.rglob("*.py")):
+        source = module.read_text()
+        name = module.relative_to(BENCH.parent)
+        if len(source.splitlines()) > MAX_MODULE_LINES:
+            too_long.append(f"{name}: {len(source.splitlines())} lines")
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    too_long.append(f"{name}:{node.lineno} {node.name}(): {length} lines")
+    assert too_long == []
