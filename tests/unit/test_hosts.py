@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import socket
 import sys
@@ -241,3 +242,14 @@ def test_nodes_smaller_than_the_request_are_refused_before_launch() -> None:
     two_core_nodes = cpu_machine(cores=2)
     with pytest.raises(ConfigError, match="--gpus-per-node: 4 requested but the smallest node"):
         validate(resolve(request, two_core_nodes), two_core_nodes, ["resnet18"])
+
+
+def test_every_cluster_option_is_a_clusterconfig_field_and_back() -> None:
+    # The multi-node options are declared on ClusterConfig (stored in sweep.json for --resume);
+    # the parser must offer each field and nothing else, so a field added there needs its option.
+    parser = argparse.ArgumentParser()
+    add_cluster_arguments(parser)
+    dests = {a.dest for a in parser._actions} - {"help"}
+    fields = {f.name for f in dataclasses.fields(ClusterConfig)}
+    # --hosts and --hostfile both fill ClusterConfig.hosts
+    assert dests - {"hostfile"} == (fields - {"hosts"}) | {"hosts"}
