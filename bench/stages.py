@@ -31,8 +31,10 @@ from bench.config import (
     Request,
     horovod_problem,
     resolve,
+    runs_on_host,
     validate,
 )
+from bench.containers import CheckedImage, check_containers, launcher_containers, pin_images
 from bench.hosts import ClusterConfig
 from bench.launchers import ExecResult, Launcher, RemoteError
 from bench.launchers.local import LocalLauncher
@@ -57,6 +59,7 @@ class Sweep:
     runs: list[RunSpec] = field(default_factory=list)
     probes: list[ProbeSpec] = field(default_factory=list)
     unavailable: dict[str, str] = field(default_factory=dict)  # launcher -> why it cannot run
+    containers: dict[str, CheckedImage] = field(default_factory=dict)  # --container images
     # What runs each launch: this machine, the --hosts nodes over ssh, or Slurm jobs.
     launcher: Launcher = field(default_factory=LocalLauncher)
 
@@ -65,11 +68,17 @@ def unavailable_launchers(config: BenchConfig, env: Environment) -> dict[str, st
     """Launchers in the sweep that cannot run here (only possible when not asked for by name:
     validation rejects an explicit --launchers horovod that cannot run)."""
     problems = {}
-    if "horovod" in config.launchers:
+    if "horovod" in config.launchers and runs_on_host(config):
         problem = horovod_problem(env, config.device)
         if problem:
             problems["horovod"] = problem
     return problems
+
+
+def unavailable_reason(sweep: Sweep, spec: RunSpec) -> str:
+    """Why the run's launcher cannot run where the run runs (the host or its image), or ""."""
+    image = sweep.containers.get(spec.variant.container)
+    return (image.unavailable if image else sweep.unavailable).get(spec.launcher, "")
 
 
 def hosts_for(config: BenchConfig) -> tuple[HostSlots, ...]:
@@ -124,26 +133,32 @@ def fresh_sweep(request: Request, env: Environment) -> Sweep:
 def choose_launcher(sweep: Sweep, nodes: SshLauncher | None) -> Launcher:
     """Where the launches run; --hosts nodes are checked for the launchers that run there."""
     config = sweep.config
+    containers = launcher_containers(sweep.containers, config)
     if nodes is not None:
         try:
             nodes.check([x for x in config.launchers if x not in sweep.unavailable], config.device)
         except RemoteError as exc:
             raise ConfigError("  - " + str(exc).replace("\n", "\n    ")) from None
+        nodes.containers = containers
         return nodes
     if config.cluster is not None:
         return SlurmLauncher(config.cluster, config.device)
-    return LocalLauncher()
+    return LocalLauncher(containers=containers)
 
 
 def plan(sweep: Sweep, env: Environment) -> None:
     """The runs and probes, in order, and the system facts saved with them."""
     config, meta = sweep.config, sweep.meta
     hosts = hosts_for(config)
-    sweep.runs = plan_sweep(config, meta["sweep_id"], hosts, env.cores)
+    sweep.runs = pin_images(
+        plan_sweep(config, meta["sweep_id"], hosts, env.cores), sweep.containers
+    )
     sweep.probes = plan_probes(config, meta["sweep_id"], hosts, env.cores)
     meta["system"] = collect_system_info(env)
     if isinstance(sweep.launcher, SshLauncher):
         meta["system"]["nodes"] = [dataclasses.asdict(i) for i in sweep.launcher.infos.values()]
+    if sweep.containers:
+        meta["system"]["containers"] = {r: i.system() for r, i in sweep.containers.items()}
     meta["planned_runs"] = [s.run_id for s in sweep.runs]
 
 
@@ -156,6 +171,7 @@ def prepare(request: Request, argv: Sequence[str], env: Environment) -> Sweep:
     sweep = saved or fresh_sweep(request, env)
     validate(sweep.config, env, models.available_models())
     sweep.unavailable = unavailable_launchers(sweep.config, env)
+    sweep.containers = check_containers(sweep.config, env)
     sweep.launcher = choose_launcher(sweep, nodes)
     plan(sweep, env)
     return sweep
@@ -177,6 +193,10 @@ def announce(sweep: Sweep, resumed: bool, launched: int, probes: int, done: int)
     for launcher, reason in sweep.unavailable.items():
         print(f"bench: {launcher} unavailable, its runs are recorded as such: {reason}",
               file=sys.stderr)  # fmt: skip
+    for image in sweep.containers.values():
+        for launcher, reason in image.unavailable.items():
+            print(f"bench: {launcher} unavailable in {image.reference}, its runs are recorded "
+                  f"as such: {reason}", file=sys.stderr)  # fmt: skip
 
 
 class Progress:
@@ -215,8 +235,8 @@ def run_all(sweep: Sweep, runs: list[RunSpec], probes: list[ProbeSpec],
     run in progress is recorded as interrupted and the interrupt propagates."""
     store = sweep.store
     for spec in runs:
-        if spec.launcher in sweep.unavailable:
-            reason = sweep.unavailable[spec.launcher]
+        reason = unavailable_reason(sweep, spec)
+        if reason:
             store.runs.append(
                 rows.not_measured_row(spec, Status.UNAVAILABLE, reason, rows.now_iso())
             )
@@ -226,7 +246,7 @@ def run_all(sweep: Sweep, runs: list[RunSpec], probes: list[ProbeSpec],
         store.probes.append(rows.probe_row(probe, launch_one(sweep, probe, launcher), started_at))
         progress.done(probe.probe_id)
     for spec in runs:
-        if spec.launcher in sweep.unavailable:
+        if unavailable_reason(sweep, spec):
             continue
         progress.bar.set_postfix_str(spec.run_id)
         started_at = rows.now_iso()
@@ -257,7 +277,7 @@ def execute_sweep(sweep: Sweep, progress: bool = True, launcher: Launcher | None
     done_runs, done_probes = store.finished_run_ids(), store.finished_probe_ids()
     runs = [s for s in sweep.runs if s.run_id not in done_runs]
     probes = [p for p in sweep.probes if p.probe_id not in done_probes]
-    launched = len([s for s in runs if s.launcher not in sweep.unavailable])
+    launched = len([s for s in runs if not unavailable_reason(sweep, s)])
     announce(sweep, resumed, launched, len(probes), len(sweep.runs) - len(runs))
     previous_handler = signal.signal(signal.SIGTERM, _raise_interrupt)
     clock = Progress(sweep, launched + len(probes), progress)

@@ -38,6 +38,8 @@ class RankReport:
     compile_s: float | None = None  # the first step, which compiled the model (--compile on)
     warmup_steps: int | None = None  # untimed steps actually run (warm-up until steady)
     loader_images_per_s: float | None = None  # real data: the loader alone, after the window
+    # where the rank ran, as it saw it (worker.runtime): interpreter, torch, mount namespace
+    runtime: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from typing import Any
 
 from bench import stats
 from bench.report.comparison import reference_section
+from bench.report.containers import container_section
 from bench.report.diagnosis import THRESHOLDS_TEXT, loader_section, observations, sanity_flags
 from bench.report.epochs import epoch_section
 from bench.report.plots import plot_efficiency, plot_throughput
@@ -110,6 +111,9 @@ def markdown(meta: dict[str, Any], runs: Sequence[RunRow], probes: Sequence[Prob
     comparison = launcher_comparison(points)
     if comparison:
         lines += ["## DDP vs Horovod", "", *comparison, ""]
+    containers = container_section(points, meta)
+    if containers:
+        lines += ["## Host and containers", "", *containers, ""]
     lines += ["## Allreduce probe", ""]
     lines += probe_table(probes) if probes else ["No probe (single rank, or --no-probe)."]
     lines += ["", "busbw = algbw x 2(n-1)/n (nccl-tests' definition).", ""]
