@@ -71,9 +71,14 @@ def build_image() -> tuple[str, bool]:
     wheels, horovod = wheelhouse(), horovod_wheel()
     pip_dir = Path(pip.__file__).parent
     packages = [*REQUIREMENTS, *([f"/horovod/{horovod.name}"] if horovod else [])]
+    # pip from this interpreter's environment, only for the build (not in the image's ENV)
+    install = ["env", "PYTHONPATH=/opt/pip", "python3", "-m", "pip", "install", "--no-index",
+               "--find-links", "/wheels", "--break-system-packages", "--no-cache-dir",
+               "--root-user-action=ignore", "--disable-pip-version-check", "-q",
+               *packages]  # fmt: skip
     files = sorted(f"{p.name}:{p.stat().st_size}" for p in wheels.glob("*.whl"))
     key = hashlib.sha256(
-        json.dumps([base.stdout.strip(), pip.__version__, packages, files]).encode()
+        json.dumps([base.stdout.strip(), pip.__version__, install, files]).encode()
     ).hexdigest()[:16]
     tag = f"local/gpustack-bench-test:{key}"
     if docker("image", "inspect", tag).returncode == 0:
@@ -82,18 +87,19 @@ def build_image() -> tuple[str, bool]:
     mounts = ["-v", f"{wheels}:/wheels:ro", "-v", f"{pip_dir}:/opt/pip/pip:ro"]
     if horovod:
         mounts += ["-v", f"{horovod.parent}:/horovod:ro"]
-    install = ["python3", "-m", "pip", "install", "--no-index", "--find-links", "/wheels",
-               "--break-system-packages", "--no-cache-dir", "--root-user-action=ignore",
-               "--disable-pip-version-check", "-q", *packages]  # fmt: skip
     try:
-        done = docker("run", "--name", name, *mounts, "-e", "PYTHONPATH=/opt/pip", BASE_IMAGE,
-                      *install, timeout_s=1200)  # fmt: skip
+        done = docker("run", "--name", name, *mounts, BASE_IMAGE, *install, timeout_s=1200)
         assert done.returncode == 0, done.stderr[-3000:]
         done = docker("commit", "--change", 'CMD ["python3"]', "--change",
                       "LABEL org.gpustack.test=bench-container-route", name, tag)  # fmt: skip
         assert done.returncode == 0, done.stderr
     finally:
         docker("rm", "--force", name)
+    # earlier builds of this test image (other wheels, another base) are not needed again
+    repository = tag.split(":")[0]
+    for old in docker("image", "ls", repository, "--format", "{{.Tag}}").stdout.split():
+        if old != tag.split(":")[1]:
+            docker("image", "rm", f"{repository}:{old}")
     return tag, horovod is not None
 
 

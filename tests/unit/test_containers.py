@@ -32,6 +32,7 @@ from bench.rank import wire
 from bench.report.containers import container_section
 from bench.report.summary import summarise
 from bench.rows import run_row as row_of
+from bench.scaling import wants_horovod_check
 from bench.spec import NO_CONTAINER, HostSlots, Variant, container_label
 from bench.stages import Sweep, unavailable_reason
 
@@ -93,6 +94,12 @@ def test_a_container_only_sweep_does_not_ask_the_host_for_horovod() -> None:
     both = config_for(["--container", f"host,{IMAGE}", "--launchers", "horovod"], no_horovod)
     with pytest.raises(ConfigError, match="--launchers horovod: horovodrun not found"):
         validate(both, no_horovod, MODELS)
+
+
+def test_the_host_horovod_is_imported_only_for_runs_on_the_host() -> None:
+    assert wants_horovod_check(parse_request([]))
+    assert wants_horovod_check(parse_request(["--container", f"host,{IMAGE}"]))
+    assert not wants_horovod_check(parse_request(["--container", IMAGE]))
 
 
 # ---------------------------------------------------------------- the docker run command
