@@ -13,8 +13,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
+import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from bench.loaders import loader_errors, resolve_loaders
 from bench.spec import (
     DEFAULT_LAUNCHERS,
     LAUNCHERS,
+    NO_CONTAINER,
     NO_LOADER,
     SYNTHETIC,
     Knob,
@@ -77,6 +79,23 @@ def _claim(text: str) -> tuple[tuple[int, float], ...]:
                 f"expected GPUS:SECONDS[,GPUS:SECONDS...], got {item!r}"
             ) from None
     return tuple(pairs)
+
+
+ULIMITS = ("core", "cpu", "data", "fsize", "locks", "memlock", "msgqueue", "nice", "nofile",
+           "nproc", "rss", "rtprio", "rttime", "sigpending", "stack")  # fmt: skip
+
+
+def _ulimit(text: str) -> str:
+    """ "memlock=-1", "stack=67108864", "nofile=1024:2048" (docker run --ulimit), or "none"."""
+    name, _, limits = text.partition("=")
+    numbers = limits.split(":")
+    if text == "none" or (
+        name in ULIMITS and len(numbers) <= 2 and all(re.fullmatch(r"-?\d+", n) for n in numbers)
+    ):
+        return text
+    raise argparse.ArgumentTypeError(
+        f"expected NAME=SOFT[:HARD] with NAME one of {', '.join(ULIMITS)}, or none; got {text!r}"
+    )
 
 
 @dataclass(frozen=True)
@@ -138,6 +157,17 @@ class BenchConfig:
     axes: dict[str, tuple[Any, ...]]
     launchers_explicit: bool = False
     cluster: ClusterConfig | None = None  # multi-node: --hosts/--hostfile/--slurm
+    # How --container images run (defaults, so sweep.json files from before them still load).
+    container_python: str = field(default="", metadata={"knob": Knob(
+        "--container-python", "the interpreter inside the --container images",
+        default="", words="python3, else python, on the image's PATH",
+    )})  # fmt: skip
+    container_ulimits: tuple[str, ...] = field(default=("memlock=-1", "stack=67108864"),
+                                               metadata={"knob": Knob(
+        "--container-ulimit", "docker run --ulimit for the --container images, comma list, or "
+        "none (NVIDIA's settings for PyTorch; raising memlock needs CAP_SYS_RESOURCE in dockerd)",
+        parse=_ulimit, many=True, default=("memlock=-1", "stack=67108864"),
+    )})  # fmt: skip
 
     @property
     def device(self) -> str:
@@ -159,6 +189,8 @@ class BenchConfig:
         fields["gpu_counts"] = tuple(fields["gpu_counts"])
         fields["launchers"] = tuple(fields["launchers"])
         fields["claim"] = tuple((int(n), float(s)) for n, s in fields["claim"])
+        if "container_ulimits" in fields:
+            fields["container_ulimits"] = tuple(fields["container_ulimits"])
         fields["workload"] = Workload(**fields["workload"])
         fields["axes"] = {name: tuple(values) for name, values in fields["axes"].items()}
         cluster = fields.get("cluster")
@@ -346,6 +378,11 @@ def horovod_problem(env: Environment, device: str) -> str:
     return ""
 
 
+def runs_on_host(config: BenchConfig) -> bool:
+    """Whether some runs use this environment itself rather than a --container image."""
+    return NO_CONTAINER in config.axes.get("container", (NO_CONTAINER,))
+
+
 def config_values(config: BenchConfig) -> dict[str, Any]:
     """Every knob's value in a resolved configuration, by field name."""
     values = {name: getattr(config, name) for name, _ in knobs(BenchConfig)}
@@ -395,7 +432,7 @@ def _feature_problems(config: BenchConfig, env: Environment, models: Sequence[st
         errors.append("--precision tf32 needs an NVIDIA Ampere or newer GPU")
     if "amp-bf16" in precisions and gpu and not env.bf16_supported:
         errors.append(f"--precision amp-bf16: {env.gpu_name} has no bfloat16 support")
-    if "horovod" in config.launchers and config.launchers_explicit:
+    if "horovod" in config.launchers and config.launchers_explicit and runs_on_host(config):
         problem = horovod_problem(env, config.device)
         if problem:
             errors.append(f"--launchers horovod: {problem}")

@@ -120,6 +120,8 @@ def measurements(report: wire.RunReport, spec: RunSpec) -> dict[str, Any]:
         "power_w_max": telemetry.get("power_w_max"),
         "temperature_c_max": telemetry.get("temperature_c_max"),
         "throttle_reasons": ",".join(telemetry.get("throttle_reasons", [])),
+        "rank_python": report.ranks[0].runtime.get("python", ""),
+        "rank_torch": "+".join(sorted({r.runtime.get("torch", "") for r in report.ranks} - {""})),
     }
 
 
@@ -168,6 +170,7 @@ def _identity(spec: RunSpec) -> dict[str, Any]:
         "batch_per_gpu": spec.batch_per_gpu,
         "global_batch": spec.global_batch,
         "threads_per_rank": spec.threads_per_rank,
+        "container_digest": spec.container_digest,
         **knob_values(spec.workload, spec.variant),
     }
 

@@ -11,16 +11,19 @@ from collections.abc import Sequence
 
 from bench.config import ConfigError, Request, check_request
 from bench.options import EXIT_CODES, parse_request
+from bench.spec import NO_CONTAINER
 
 __all__ = ["EXIT_CODES", "main"]
 
 
 def wants_horovod_check(request: Request) -> bool:
     """Importing horovod.torch to check it costs seconds: only when the sweep may use it here
-    (a --hosts sweep asks the nodes instead; Slurm nodes run this environment)."""
+    (a --hosts sweep asks the nodes instead; Slurm nodes run this environment; runs in a
+    --container image use the image's, checked in the image)."""
     launchers = request.values.get("launchers") or ("horovod",)
     horovod = request.resume is not None or "horovod" in launchers
-    return horovod and (request.cluster is None or request.cluster.slurm)
+    on_host = NO_CONTAINER in (request.values.get("container") or (NO_CONTAINER,))
+    return horovod and on_host and (request.cluster is None or request.cluster.slurm)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

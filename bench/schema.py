@@ -93,6 +93,12 @@ class Measurements:
     power_w_max: float | None = None
     temperature_c_max: float | None = None
     throttle_reasons: str = ""
+    # what the ranks ran in: the --container image by content (repo@sha256:..., else its local
+    # ID; "" on the host, set for every row from the spec), and as the ranks saw it, rank 0's
+    # interpreter and every rank's torch version
+    container_digest: str = ""
+    rank_python: str = ""
+    rank_torch: str = ""
 
 
 def knob_columns() -> list[tuple[str, Any]]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
+import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +30,7 @@ LOCAL_HOST = "localhost"
 SYNTHETIC = "synthetic"
 LOADERS = ("torch", "nvjpeg", "dali")  # input pipelines for --data DIR: bench.rank.loaders
 NO_LOADER = "none"  # the loader of synthetic data (made on the device)
+NO_CONTAINER = "host"  # the --container value that runs the ranks in this machine's environment
 
 
 @dataclass(frozen=True)
@@ -105,6 +107,22 @@ def knobs(cls: type) -> Iterator[tuple[str, Knob]]:
 
 
 _ON_OFF = {"off": False, "on": True}
+# A local image as Docker names it (repo[:tag][@sha256:...], an image ID); never an option.
+_IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@-]*")
+
+
+def container_value(text: str) -> str:
+    """One --container value: host, or the name of a local Docker image."""
+    if text != NO_CONTAINER and not _IMAGE.fullmatch(text):
+        raise ValueError(f"not a Docker image name: {text!r}")
+    return text
+
+
+def container_label(image: str) -> str:
+    """An image's short name in run ids and variant labels: its last path component, the tag
+    or a 12-digit digest after '_' ("nvcr.io/nvidia/pytorch:24.10-py3" -> "pytorch_24.10-py3")."""
+    name = re.sub(r"sha256:([0-9a-f]{12})[0-9a-f]*", r"sha256-\1", image.rsplit("/", 1)[-1])
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
 
 
 @dataclass(frozen=True)
@@ -145,6 +163,12 @@ class Variant:
         "(torch.utils.checkpoint on the model's stages: less memory, more compute): off, on, "
         "or off,on to A/B it", values=_ON_OFF, many=True, default=(False,),
     )})  # fmt: skip
+    container: str = field(default=NO_CONTAINER, metadata={"knob": Knob(
+        "--container", "where the ranks run, comma list, each swept: host (this environment) "
+        "or a local Docker image (repo:tag, repo@sha256:..., an image ID) every rank runs in, "
+        "with host networking and IPC, the GPUs and the bench mounted in; never pulled",
+        parse=container_value, many=True, default=(NO_CONTAINER,),
+    )})  # fmt: skip
 
     @property
     def label(self) -> str:
@@ -152,7 +176,10 @@ class Variant:
         label = f"{self.precision}-{layout}" + ("-compile" if self.compile else "")
         label += f"-{self.loader}" if self.loader != NO_LOADER else ""
         label += f"-acc{self.grad_accum}" if self.grad_accum > 1 else ""
-        return label + ("-ckpt" if self.activation_checkpointing else "")
+        label += "-ckpt" if self.activation_checkpointing else ""
+        return label + (
+            f"@{container_label(self.container)}" if self.container != NO_CONTAINER else ""
+        )
 
 
 @dataclass(frozen=True)
@@ -246,6 +273,9 @@ class RunSpec:
     # --profile: where rank 0 writes its torch.profiler trace ("" = no trace for this launch;
     # the planner asks for one per configuration). A default so older specs still load.
     trace_path: str = ""
+    # The image of variant.container pinned by content (repo@sha256:..., else the local image
+    # ID): what `docker run` starts and the row records. "" on the host.
+    container_digest: str = ""
 
     @property
     def world_size(self) -> int:

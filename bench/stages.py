@@ -32,8 +32,10 @@ from bench.config import (
     chosen_defaults,
     horovod_problem,
     resolve,
+    runs_on_host,
     validate,
 )
+from bench.containers import CheckedImage, check_containers, launcher_containers, pin_images
 from bench.hosts import ClusterConfig
 from bench.launchers import ExecResult, Launcher, RemoteError
 from bench.launchers.local import LocalLauncher
@@ -58,6 +60,7 @@ class Sweep:
     runs: list[RunSpec] = field(default_factory=list)
     probes: list[ProbeSpec] = field(default_factory=list)
     unavailable: dict[str, str] = field(default_factory=dict)  # launcher -> why it cannot run
+    containers: dict[str, CheckedImage] = field(default_factory=dict)  # --container images
     # What runs each launch: this machine, the --hosts nodes over ssh, or Slurm jobs.
     launcher: Launcher = field(default_factory=LocalLauncher)
 
@@ -66,11 +69,19 @@ def unavailable_launchers(config: BenchConfig, env: Environment) -> dict[str, st
     """Launchers in the sweep that cannot run here (only possible when not asked for by name:
     validation rejects an explicit --launchers horovod that cannot run)."""
     problems = {}
-    if "horovod" in config.launchers:
+    if "horovod" in config.launchers and runs_on_host(config):
         problem = horovod_problem(env, config.device)
         if problem:
             problems["horovod"] = problem
     return problems
+
+
+def unavailable_reason(sweep: Sweep, spec: RunSpec) -> str:
+    """Why a run is recorded without launching it ("" when it runs): its launcher cannot run
+    where the run runs (the host or its image), or not in this configuration."""
+    image = sweep.containers.get(spec.variant.container)
+    missing = (image.unavailable if image else sweep.unavailable).get(spec.launcher, "")
+    return missing or why_not_runnable(spec)
 
 
 def hosts_for(config: BenchConfig) -> tuple[HostSlots, ...]:
@@ -130,26 +141,32 @@ def fresh_sweep(request: Request, env: Environment) -> Sweep:
 def choose_launcher(sweep: Sweep, nodes: SshLauncher | None) -> Launcher:
     """Where the launches run; --hosts nodes are checked for the launchers that run there."""
     config = sweep.config
+    containers = launcher_containers(sweep.containers, config)
     if nodes is not None:
         try:
             nodes.check([x for x in config.launchers if x not in sweep.unavailable], config.device)
         except RemoteError as exc:
             raise ConfigError("  - " + str(exc).replace("\n", "\n    ")) from None
+        nodes.containers = containers
         return nodes
     if config.cluster is not None:
         return SlurmLauncher(config.cluster, config.device)
-    return LocalLauncher()
+    return LocalLauncher(containers=containers)
 
 
 def plan(sweep: Sweep, env: Environment) -> None:
     """The runs and probes, in order, and the system facts saved with them."""
     config, meta = sweep.config, sweep.meta
     hosts = hosts_for(config)
-    sweep.runs = plan_sweep(config, meta["sweep_id"], hosts, env.cores)
+    sweep.runs = pin_images(
+        plan_sweep(config, meta["sweep_id"], hosts, env.cores), sweep.containers
+    )
     sweep.probes = plan_probes(config, meta["sweep_id"], hosts, env.cores)
     meta["system"] = collect_system_info(env)
     if isinstance(sweep.launcher, SshLauncher):
         meta["system"]["nodes"] = [dataclasses.asdict(i) for i in sweep.launcher.infos.values()]
+    if sweep.containers:
+        meta["system"]["containers"] = {r: i.system() for r, i in sweep.containers.items()}
     meta["planned_runs"] = [s.run_id for s in sweep.runs]
 
 
@@ -162,6 +179,7 @@ def prepare(request: Request, argv: Sequence[str], env: Environment) -> Sweep:
     sweep = saved or fresh_sweep(request, env)
     validate(sweep.config, env, models.available_models())
     sweep.unavailable = unavailable_launchers(sweep.config, env)
+    sweep.containers = check_containers(sweep.config, env)
     sweep.launcher = choose_launcher(sweep, nodes)
     plan(sweep, env)
     return sweep
@@ -185,6 +203,10 @@ def announce(sweep: Sweep, resumed: bool, launched: int, probes: int, done: int)
     for launcher, reason in sweep.unavailable.items():
         print(f"bench: {launcher} unavailable, its runs are recorded as such: {reason}",
               file=sys.stderr)  # fmt: skip
+    for image in sweep.containers.values():
+        for launcher, reason in image.unavailable.items():
+            print(f"bench: {launcher} unavailable in {image.reference}, its runs are recorded "
+                  f"as such: {reason}", file=sys.stderr)  # fmt: skip
 
 
 class Progress:
@@ -237,12 +259,6 @@ def beside_nccl_tests(
         return dataclasses.replace(row, nccl_tests=note)
     result = nccl_tests.measure(binary, probe.nbytes, probe.world_size, probe.iterations)
     return dataclasses.replace(row, nccl_tests_busbw_gbps=result.busbw_gbps, nccl_tests=result.note)
-
-
-def unavailable_reason(sweep: Sweep, spec: RunSpec) -> str:
-    """Why a run is recorded without launching it: its launcher cannot run here at all, or
-    not in this configuration ("" when it runs)."""
-    return sweep.unavailable.get(spec.launcher) or why_not_runnable(spec)
 
 
 def run_all(sweep: Sweep, runs: list[RunSpec], probes: list[ProbeSpec],

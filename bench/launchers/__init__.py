@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from bench.spec import LAUNCHERS, Placement, ProbeSpec, RunSpec
+from bench.spec import LAUNCHERS, SYNTHETIC, Placement, ProbeSpec, RunSpec
 
 WORKER_MODULE = "bench.rank.worker"
 PROBE_MODULE = "bench.rank.probe"
@@ -32,6 +32,10 @@ REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 # forwards its environment to remote ranks, the Slurm job script exports it): stopping a launch
 # finds its processes on each node by that exact value, and nothing else.
 RUN_TAG_VAR = "GPUSTACK_BENCH_RUN"
+# Variables of the sweep's own environment that reach every rank wherever it runs (another node,
+# a container), as they reach local ranks: the collective libraries' settings, the bench's own.
+FORWARDED_PREFIXES = ("NCCL_", "GLOO_", "HOROVOD_", "TORCH_NCCL_", "TORCH_DISTRIBUTED_", "UCX_",
+                      "BENCH_")  # fmt: skip
 
 
 class RemoteError(RuntimeError):
@@ -64,6 +68,8 @@ class Launch:
     placement: Placement
     threads_per_rank: int
     device: str
+    image: str = ""  # --container: the pinned image every rank runs in; "" on the host
+    data: str = ""  # a --data directory the ranks read ("" for synthetic data)
 
     @property
     def nodes(self) -> int:
@@ -85,8 +91,10 @@ def launch_of(spec: RunSpec | ProbeSpec) -> Launch:
                       spec.threads_per_rank, spec.device)  # fmt: skip
     if spec.launcher not in LAUNCHERS:
         raise ValueError(f"unknown launcher {spec.launcher!r}")
+    data = spec.workload.data if spec.workload.data != SYNTHETIC else ""
     return Launch(spec.run_id, spec.launcher, WORKER_MODULE, args, spec.placement,
-                  spec.threads_per_rank, spec.workload.device)  # fmt: skip
+                  spec.threads_per_rank, spec.workload.device, spec.container_digest,
+                  data)  # fmt: skip
 
 
 class Launcher(Protocol):

@@ -52,6 +52,7 @@ class NodeCommand:
     host: str
     argv: tuple[str, ...]
     env: Mapping[str, str] = field(default_factory=dict)
+    container: str = ""  # the name of the container the command starts (--container), for stopping
 
 
 def free_port() -> int:

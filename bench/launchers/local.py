@@ -8,7 +8,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from bench.launchers import ExecResult, Launch, launch_of, rank_environment
+from bench.launchers import REPO_ROOT, ExecResult, Launch, launch_of, rank_environment
 from bench.launchers.argv import (
     NodeCommand,
     Tools,
@@ -18,7 +18,8 @@ from bench.launchers.argv import (
     rendezvous_endpoint,
     torchrun_argv,
 )
-from bench.launchers.stop import STOP, StopPolicy, stop_tree
+from bench.launchers.docker import Containers, container_name
+from bench.launchers.stop import STOP, StopPolicy, stop_container, stop_tree
 from bench.spec import LOCAL_HOST, ProbeSpec, RunSpec, format_hosts
 
 
@@ -28,13 +29,21 @@ def execute(
     timeout_s: float,
     log_path: Path,
     policy: StopPolicy = STOP,
+    container: str = "",
 ) -> ExecResult:
-    """Run one prepared command; capture stdout+stderr in `log_path`; stop the tree on timeout.
+    """Run one prepared command; capture stdout+stderr in `log_path`; stop the tree on timeout
+    (and first the named container the command runs in, if any).
 
     On KeyboardInterrupt the tree is stopped too and the interrupt propagates, so the caller can
     record the run as interrupted. The child runs in its own session: a terminal's Ctrl-C reaches
     only the sweep, which decides what to stop.
     """
+
+    def stop() -> None:
+        if container:
+            stop_container(container, policy)
+        stop_tree(proc, policy)
+
     log_path.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     timed_out = False
@@ -53,9 +62,9 @@ def execute(
             proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             timed_out = True
-            stop_tree(proc, policy)
+            stop()
         except BaseException:
-            stop_tree(proc, policy)
+            stop()
             raise
     wall = time.monotonic() - started
     output = log_path.read_text(errors="replace")
@@ -65,11 +74,16 @@ def execute(
 
 class LocalLauncher:
     """Every rank on this machine: torchrun on a free local port, horovodrun -H localhost:N, or
-    DataParallel's single process started directly."""
+    DataParallel's single process started directly; inside the launch's image with --container
+    (`containers`: the checked images)."""
 
-    def __init__(self, tools: Tools | None = None, policy: StopPolicy = STOP) -> None:
+    def __init__(
+        self, tools: Tools | None = None, policy: StopPolicy = STOP,
+        containers: Containers | None = None,
+    ) -> None:  # fmt: skip
         self.tools = tools or Tools()
         self.policy = policy
+        self.containers = containers or Containers()
 
     def command(self, launch: Launch, port: int | None = None) -> NodeCommand:
         if launch.nodes != 1 or launch.placement[0].host != LOCAL_HOST:
@@ -78,21 +92,27 @@ class LocalLauncher:
                 f"got {format_hosts(launch.placement)}"
             )
         env = rank_environment(launch.threads_per_rank, launch.device)
+        tools = self.containers.tools(launch.image) if launch.image else self.tools
         if launch.launcher == "dp":
-            argv = dataparallel_argv(self.tools.python, module=launch.module, args=launch.args)
+            argv = dataparallel_argv(tools.python, module=launch.module, args=launch.args)
         elif launch.launcher == "horovod":
             argv = horovodrun_argv(
-                self.tools.horovodrun, self.tools.python, np=launch.world_size,
+                tools.horovodrun, tools.python, np=launch.world_size,
                 hosts=format_hosts(launch.placement), module=launch.module, args=launch.args,
             )  # fmt: skip
         else:
             argv = torchrun_argv(
-                self.tools.python, nnodes=1, nproc_per_node=launch.world_size,
+                tools.python, nnodes=1, nproc_per_node=launch.world_size,
                 endpoint=rendezvous_endpoint(LOCAL_HOST, port or free_port()),
                 rdzv_id=launch.launch_id, module=launch.module, args=launch.args, is_host=True,
             )  # fmt: skip
-        return NodeCommand(LOCAL_HOST, tuple(argv), env)
+        command = NodeCommand(LOCAL_HOST, tuple(argv), env)
+        if not launch.image:
+            return command
+        name = container_name(launch.launch_id)
+        return self.containers.wrap(command, launch, bench_root=str(REPO_ROOT), name=name)
 
     def run(self, spec: RunSpec | ProbeSpec, timeout_s: float, log_path: Path) -> ExecResult:
         command = self.command(launch_of(spec))
-        return execute(command.argv, command.env, timeout_s, log_path, self.policy)
+        return execute(command.argv, command.env, timeout_s, log_path, self.policy,
+                       command.container)  # fmt: skip

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,12 +24,14 @@ from bench.launchers.transport import (
 
 
 def kill_run(
-    hosts: Sequence[str], tag: str, options: SshOptions, policy: StopPolicy = STOP
-) -> dict[str, subprocess.CompletedProcess[str]]:
-    """Stop every process of the launch tagged `tag` on each host (a host that is down is
-    reported, not fatal)."""
-    script = stop_script(RUN_TAG_VAR, tag, policy)
-    return on_all(hosts, lambda h: run_on_host(h, script, options, policy.grace_s + 60))
+    hosts: Sequence[str], tag: str, options: SshOptions, policy: StopPolicy = STOP,
+    containers: Mapping[str, str] | None = None,
+) -> dict[str, subprocess.CompletedProcess[str]]:  # fmt: skip
+    """Stop every process of the launch tagged `tag` on each host, and the launch's container
+    there (`containers`: host -> name, --container), a host that is down reported, not fatal."""
+    scripts = {h: stop_script(RUN_TAG_VAR, tag, policy, (containers or {}).get(h, ""))
+               for h in hosts}  # fmt: skip
+    return on_all(hosts, lambda h: run_on_host(h, scripts[h], options, policy.grace_s + 60))
 
 
 @dataclass
@@ -173,7 +175,8 @@ def run_on_nodes(
             # horovodrun started over ssh can outlive it for a moment. Only this run's tagged
             # processes are touched; after a clean run there is usually nothing to stop.
             every = list(dict.fromkeys([c.host for c in commands] + list(hosts)))
-            for host, result in kill_run(every, tag, options, policy).items():
+            containers = {c.host: c.container for c in commands if c.container}
+            for host, result in kill_run(every, tag, options, policy, containers).items():
                 if result.returncode != 0:
                     cleanup[host] = f"cleanup failed: {last_line(result.stderr or result.stdout)}"
                 elif result.stdout.strip():

@@ -425,6 +425,8 @@ class SlurmLauncher:
         )  # fmt: skip
 
     def run(self, spec: RunSpec | ProbeSpec, timeout_s: float, log_path: Path) -> ExecResult:
+        if launch_of(spec).image:  # bench.containers refuses --container with --slurm
+            raise ValueError("--container is not supported with --slurm (pyxis/enroot's route)")
         run = self.slurm_run(launch_of(spec), timeout_s, log_path.parent.parent / "slurm")
         outcome = submit(run, self.options, policy=self.policy)
         header = f"bench: slurm job {outcome.job_id or '(not submitted)'}: {outcome.state}"

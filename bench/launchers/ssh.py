@@ -19,6 +19,7 @@ from pathlib import Path
 from bench.config import Environment, HorovodStatus
 from bench.hosts import ClusterConfig, host_names
 from bench.launchers import (
+    FORWARDED_PREFIXES,
     ExecResult,
     Launch,
     RemoteError,
@@ -34,6 +35,7 @@ from bench.launchers.argv import (
     rendezvous_endpoint,
     torchrun_argv,
 )
+from bench.launchers.docker import Containers, container_name
 from bench.launchers.node import MODULE as NODE_MODULE
 from bench.launchers.nodes import MultiNodeResult, run_on_nodes
 from bench.launchers.stop import STOP, StopPolicy
@@ -54,11 +56,6 @@ from bench.launchers.transport import (
 from bench.launchers.versions import check_versions, components_for
 from bench.machine import NodeInfo, environment_of, survey_records
 from bench.spec import Placement, ProbeSpec, RunSpec, format_hosts
-
-# Variables of the sweep's own environment that reach every rank on every node, as they would
-# reach local ranks: the collective libraries' settings and the bench's test switches.
-FORWARDED_PREFIXES = ("NCCL_", "GLOO_", "HOROVOD_", "TORCH_NCCL_", "TORCH_DISTRIBUTED_", "UCX_",
-                      "BENCH_")  # fmt: skip
 
 
 def survey_command(python: str, target: str, workdir: str | None, versions: bool = True) -> str:
@@ -124,6 +121,7 @@ class SshLauncher:
         self.policy = policy
         self.infos: dict[str, NodeInfo] = {}
         self.gpu = False
+        self.containers = Containers()  # the checked --container images, set before the sweep
         self.forwarded = {k: v for k, v in environ.items() if k.startswith(FORWARDED_PREFIXES)}
 
     # ---- before the sweep
@@ -195,6 +193,8 @@ class SshLauncher:
         env = self.node_env(placement)
         first = placement[0].host
         if launch.launcher == "horovod":
+            if launch.image:  # bench.containers refuses it before the sweep
+                raise ValueError("Horovod across nodes in containers needs sshd in the images")
             argv = horovodrun_argv(
                 self.tools.horovodrun, self.tools.python, np=launch.world_size,
                 hosts=format_hosts(placement), module=launch.module, args=launch.args,
@@ -203,16 +203,24 @@ class SshLauncher:
             )  # fmt: skip
             return [NodeCommand(first, tuple(argv), {**base, **env[first]})]
         log_dirs = self.rank_log_dirs(launch, tag)
+        tools = self.containers.tools(launch.image) if launch.image else self.tools
         commands = []
         for index, node in enumerate(placement):
             argv = torchrun_argv(
-                self.tools.python, nnodes=launch.nodes, nproc_per_node=node.slots,
+                tools.python, nnodes=launch.nodes, nproc_per_node=node.slots,
                 endpoint=rendezvous_endpoint(first, self.cluster.rdzv_port),
                 rdzv_id=launch.launch_id, module=launch.module, args=launch.args,
                 is_host=index == 0, local_addr=self.infos[node.host].address or "",
                 log_dir=log_dirs[node.host],
             )  # fmt: skip
-            commands.append(NodeCommand(node.host, tuple(argv), {**base, **env[node.host]}))
+            command = NodeCommand(node.host, tuple(argv), {**base, **env[node.host]})
+            if launch.image:  # torchrun in the image, its rank logs in the node's scratch
+                command = self.containers.wrap(
+                    command, launch, bench_root=self.cluster.remote_workdir,
+                    name=container_name(launch.launch_id, f"{tag}-{index}"),
+                    writable=[log_dirs[node.host]], environ=self.forwarded,
+                )  # fmt: skip
+            commands.append(command)
         return commands
 
     # ---- the launch

@@ -39,6 +39,8 @@ class RankReport:
     warmup_steps: int | None = None  # untimed steps actually run (warm-up until steady)
     loader_images_per_s: float | None = None  # real data: the loader alone, after the window
     profile: dict[str, Any] | None = None  # --profile: profiling.profile_steps' summary (rank 0)
+    # where the rank ran, as it saw it (worker.runtime): interpreter, torch, mount namespace
+    runtime: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

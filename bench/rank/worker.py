@@ -12,9 +12,11 @@ from __future__ import annotations
 import argparse
 import itertools
 import math
+import os
 import resource
 import socket
 import statistics
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import nullcontext
@@ -185,6 +187,17 @@ def peak_memory_bytes(device: torch.device) -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+def runtime() -> dict[str, str]:
+    """Where this rank runs, as it sees it: its interpreter, its torch and its mount namespace
+    (a container has its own), so a row shows the environment that really ran (--container)."""
+    try:
+        mounts = os.readlink("/proc/self/ns/mnt")
+    except OSError:
+        mounts = ""
+    return {"python": sys.executable, "torch": torch.__version__,
+            "torch_path": os.path.dirname(torch.__file__), "mount_namespace": mounts}  # fmt: skip
+
+
 @dataclass
 class Training:
     """What a rank trains with: the step, its input (one item per step) and the raw loader."""
@@ -306,6 +319,7 @@ def main(argv: list[str] | None = None) -> int:
         warmup_steps=warmup_steps,
         loader_images_per_s=loader_images_per_s,
         profile=profile,
+        runtime=runtime(),
     )
     send_report(spec, engine, info, training.gradient_bytes, timed_steps, report)
     engine.shutdown()

@@ -9,6 +9,7 @@ from typing import Any
 
 from bench import stats
 from bench.report.comparison import reference_section
+from bench.report.containers import container_section
 from bench.report.diagnosis import THRESHOLDS_TEXT, loader_section, observations, sanity_flags
 from bench.report.effects import effects_section
 from bench.report.epochs import epoch_section
@@ -138,6 +139,9 @@ def markdown(
     comparison = launcher_comparison(points)
     if comparison:
         lines += ["## Launchers side by side", "", *comparison, ""]
+    containers = container_section(points, meta)
+    if containers:
+        lines += ["## Host and containers", "", *containers, ""]
     lines += ["## Allreduce probe", ""]
     lines += probe_table(probes) if probes else ["No probe (single rank, or --no-probe)."]
     lines += ["", "busbw = algbw x 2(n-1)/n (nccl-tests' definition).", ""]

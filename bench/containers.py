@@ -1,0 +1,347 @@
+"""--container: every image of a sweep checked before anything launches, and what it offers.
+
+For each image, on every machine that runs it (this one, or each --hosts node): the docker CLI is
+there and its daemon answers; the image is present locally (a sweep never pulls: a pull would
+need credentials, take minutes and could change the image between repeats); all nodes hold the
+same image. Then the node survey (bench.machine) runs inside the image, started exactly as the
+launches start it (bench.launchers.docker: GPUs, ulimits, mounts), and must find torch, see the
+GPUs on a GPU sweep, and Horovod where that launcher runs in the image. Every problem is listed
+at once (ConfigError: exit status 2).
+
+What it finds: each image's digest (recorded per row), its interpreter and horovodrun (the
+launchers use them), and its torch/CUDA/NCCL/Horovod versions (sweep.json's system record).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shlex
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from bench.config import REPO_ROOT, BenchConfig, ConfigError, Environment, HorovodStatus
+from bench.config import horovod_problem as _horovod_problem
+from bench.hosts import host_names
+from bench.launchers.docker import Containers, Image, container_name
+from bench.launchers.transport import SshOptions, last_line, on_all, run_on_host, ssh_options_for
+from bench.machine import survey_records
+from bench.spec import NO_CONTAINER, RunSpec, container_label
+
+DockerRun = Callable[[Sequence[str], float], "subprocess.CompletedProcess[str]"]
+NOT_RUNNABLE = 127  # docker run: the command was not found in the image
+DOCKER_FAILED = 125  # docker run: the daemon could not create or start the container
+SURVEY_TIMEOUT_S = 300  # a large image's first torch import on a cold disk takes a while
+ROLE_HINT = (
+    "install the NVIDIA Container Toolkit and configure Docker for it: the container_runtime "
+    "role does both (or `nvidia-ctk runtime configure --runtime=docker` and restart dockerd)"
+)
+# Run inside the image: the node survey, where the interpreter and horovodrun are, and with
+# the argument "horovod" whether horovod.torch works (as bench.machine checks it on a host).
+IMAGE_SURVEY = """
+import shutil, sys
+from pathlib import Path
+from bench.machine import horovod_status, survey, survey_line
+info = survey()
+beside = Path(sys.executable).with_name("horovodrun")
+info.update(executable=sys.executable,
+            horovodrun=str(beside) if beside.exists() else shutil.which("horovodrun") or "")
+if "horovod" in sys.argv[1:]:
+    status = horovod_status(sys.executable)
+    info["horovod_status"] = [status.available, status.version, status.nccl_built, status.reason]
+print(survey_line(info), flush=True)
+"""
+
+
+@dataclass(frozen=True)
+class Machine:
+    """Where an image is checked: this machine, or a --hosts node reached over ssh."""
+
+    name: str
+    docker: DockerRun
+    bench_root: str  # the bench checkout there, mounted into the containers
+
+
+def local_docker(argv: Sequence[str], timeout_s: float) -> subprocess.CompletedProcess[str]:
+    """Run a docker command here; a missing CLI is exit status 127, a timeout 124."""
+    try:
+        return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout_s,
+                              stdin=subprocess.DEVNULL)  # fmt: skip
+    except OSError as err:
+        return subprocess.CompletedProcess(list(argv), NOT_RUNNABLE, "", str(err))
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(list(argv), 124, "", f"timed out after {timeout_s:g}s")
+
+
+def node_docker(host: str, options: SshOptions) -> DockerRun:
+    return lambda argv, timeout_s: run_on_host(host, shlex.join(argv), options, timeout_s)
+
+
+@dataclass(frozen=True)
+class CheckedImage:
+    """One --container image as the sweep found it."""
+
+    reference: str  # as given to --container
+    image_id: str  # the local image ID (sha256:...), the same on every node
+    digest: str  # repo@sha256:... when pulled from a registry, else image_id: what runs
+    python: str  # the interpreter inside the image
+    horovodrun: str = ""
+    pythonpath: str = ""  # the image's own PYTHONPATH
+    facts: Mapping[str, Any] = field(default_factory=dict)  # the survey inside the image
+    unavailable: Mapping[str, str] = field(default_factory=dict)  # launcher -> why not here
+
+    def for_launchers(self) -> Image:
+        return Image(self.digest, self.python, self.horovodrun, self.pythonpath)
+
+    def system(self) -> dict[str, Any]:
+        """The image's entry in sweep.json's system record."""
+        keep = ("python", "torch", "torch_cuda", "nccl", "horovod", "gpus", "gpu_name")
+        return {"image_id": self.image_id, "digest": self.digest, "executable": self.python,
+                **{k: self.facts.get(k) for k in keep},
+                "unavailable": dict(self.unavailable)}  # fmt: skip
+
+
+def pinned_digest(reference: str, inspected: Mapping[str, Any]) -> str:
+    """The registry digest of the repository named (else of any), or the local image ID."""
+    digests = list(inspected.get("RepoDigests") or [])
+    repository = reference.split("@")[0]
+    if ":" in repository.rsplit("/", 1)[-1]:
+        repository = repository.rsplit(":", 1)[0]
+    same = [d for d in digests if d.split("@")[0] in (repository, f"docker.io/{repository}")]
+    return (same or digests or [str(inspected["Id"])])[0]
+
+
+def image_env(inspected: Mapping[str, Any], name: str) -> str:
+    for entry in (inspected.get("Config") or {}).get("Env") or []:
+        key, _, value = entry.partition("=")
+        if key == name:
+            return value
+    return ""
+
+
+def docker_info(machine: Machine) -> tuple[dict[str, Any], str]:
+    """(docker info, "") or ({}, why Docker cannot be used there)."""
+    done = machine.docker(["docker", "info", "--format", "{{json .}}"], 60)
+    text = last_line(done.stderr or done.stdout)
+    if done.returncode == NOT_RUNNABLE or "docker: not found" in (done.stderr or ""):
+        return {}, f"{machine.name}: the docker CLI is not installed (Docker Engine: {ROLE_HINT})"
+    try:
+        info = dict(json.loads(done.stdout.strip().splitlines()[-1])) if done.stdout else {}
+    except ValueError:
+        info = {}
+    if done.returncode != 0 or not info.get("ServerVersion"):
+        return {}, (
+            f"{machine.name}: the Docker daemon does not answer ({text}): is dockerd running, "
+            "and may this user use its socket (group docker)?"
+        )
+    return info, ""
+
+
+def inspect_image(machine: Machine, reference: str) -> tuple[dict[str, Any], str]:
+    """(docker image inspect, "") or ({}, why the image cannot be used)."""
+    done = machine.docker(["docker", "image", "inspect", "--format", "{{json .}}", reference], 60)
+    if done.returncode != 0:
+        return {}, (
+            f"{machine.name}: image {reference!r} is not present locally "
+            f"({last_line(done.stderr or done.stdout)}); a sweep never pulls: "
+            f"`docker pull {reference}` (or `docker load -i FILE.tar`) on every node first"
+        )
+    return dict(json.loads(done.stdout.strip().splitlines()[-1])), ""
+
+
+def runtime_problem(info: Mapping[str, Any], where: str, detail: str) -> str:
+    runtimes = ", ".join(sorted(info.get("Runtimes") or {})) or "none"
+    cdi = "CDI spec directories " + ", ".join(info.get("CDISpecDirs") or []) if info.get(
+        "CDISpecDirs") else "no CDI"  # fmt: skip
+    return (
+        f"{where}: Docker cannot pass the GPUs in ({detail}; runtimes: {runtimes}; {cdi}): "
+        + ROLE_HINT
+    )
+
+
+def _docker_failure(text: str, reference: str, config: BenchConfig, info: Mapping[str, Any],
+                    where: str) -> str:  # fmt: skip
+    if "rlimit" in text:
+        limits = ",".join(config.container_ulimits)
+        return (
+            f"{where}: docker cannot apply --container-ulimit {limits} ({text}); raising "
+            "memlock needs CAP_SYS_RESOURCE in dockerd: give limits it may set, e.g. "
+            "--container-ulimit stack=67108864, or none"
+        )
+    if config.device == "cuda" and ("device driver" in text or "nvidia" in text.lower()):
+        return runtime_problem(info, where, text)
+    return f"{where}: docker run {reference} failed: {text}"
+
+
+def survey_image(machine: Machine, reference: str, inspected: Mapping[str, Any],
+                 config: BenchConfig, info: Mapping[str, Any],
+                 horovod: bool) -> tuple[dict[str, Any], str]:  # fmt: skip
+    """(the survey inside the image, "") or ({}, why it could not run there)."""
+    pythons = [config.container_python] if config.container_python else ["python3", "python"]
+    image_id = str(inspected["Id"])
+    pythonpath = image_env(inspected, "PYTHONPATH")
+    where = f"{machine.name}: image {reference}"
+    for python in pythons:
+        image = Image(image_id, python, "", pythonpath)
+        containers = Containers({image_id: image}, ulimits(config), config.device == "cuda")
+        name = container_name(f"survey-{container_label(reference)}")
+        argv = containers.argv(
+            image_id, [python, "-c", IMAGE_SURVEY, *(["horovod"] if horovod else [])],
+            name=name, bench_root=machine.bench_root, data="",
+        )  # fmt: skip
+        done = machine.docker(argv, SURVEY_TIMEOUT_S)
+        text = last_line(done.stderr or done.stdout)
+        if done.returncode == 124:
+            machine.docker(["docker", "rm", "--force", name], 60)
+            return {}, f"{where}: the survey inside it took over {SURVEY_TIMEOUT_S} s"
+        if done.returncode == NOT_RUNNABLE and "not found" in (done.stderr or ""):
+            continue
+        if done.returncode == DOCKER_FAILED:
+            return {}, _docker_failure(text, reference, config, info, machine.name)
+        records = survey_records(done.stdout.splitlines())
+        if done.returncode != 0 or not records:
+            return {}, f"{where}: the survey inside it failed with {python} ({text})"
+        return records[-1], ""
+    tried = " or ".join(pythons)
+    return {}, f"{where}: no {tried} on the image's PATH; name its interpreter: --container-python"
+
+
+def torch_problems(reference: str, facts: Mapping[str, Any], config: BenchConfig) -> list[str]:
+    """What the image's torch lacks for this sweep."""
+    where = f"image {reference} ({facts.get('executable')})"
+    if not facts.get("torch"):
+        return [f"{where}: no torch installed"]
+    if facts.get("torch_error"):
+        return [f"{where}: torch {facts['torch']} fails: {facts['torch_error']}"]
+    if config.device != "cuda":
+        return []
+    needed = max(config.cluster.gpus_per_node) if config.cluster else max(config.gpu_counts)
+    seen = int(facts.get("gpus") or 0)
+    if seen >= needed:
+        return []
+    build = f"CUDA {facts['torch_cuda']}" if facts.get("torch_cuda") else "a CPU build"
+    return [
+        f"{where}: its torch {facts['torch']} ({build}) sees {seen} GPU(s) with --gpus all, "
+        f"the sweep needs {needed}" + (f" (driver {facts.get('driver')})" if seen == 0 else "")
+    ]
+
+
+def horovod_in_image(facts: Mapping[str, Any], config: BenchConfig, env: Environment) -> str:
+    """Why Horovod cannot run in the image, or "" if it can."""
+    if config.cluster is not None:
+        return (
+            "Horovod across nodes in containers needs sshd inside the containers (horovodrun "
+            "starts the other nodes' ranks over ssh), which this bench does not set up"
+        )
+    available, version, nccl, reason = facts.get("horovod_status") or (False, "", None, "")
+    status = HorovodStatus(bool(available), version or "", nccl, reason or "")
+    return _horovod_problem(dataclasses.replace(env, horovod=status), config.device)
+
+
+def machines_for(config: BenchConfig) -> list[Machine]:
+    """This machine, or every --hosts node (each over ssh, with its own bench checkout)."""
+    if config.cluster is None:
+        return [Machine("this machine", local_docker, str(REPO_ROOT))]
+    options = ssh_options_for(config.cluster)
+    return [Machine(h, node_docker(h, options), config.cluster.remote_workdir)
+            for h in host_names(config.cluster.placement)]  # fmt: skip
+
+
+def images_of(config: BenchConfig) -> list[str]:
+    return [c for c in config.axes.get("container", (NO_CONTAINER,)) if c != NO_CONTAINER]
+
+
+def _refusals(config: BenchConfig, references: Sequence[str]) -> list[str]:
+    errors = []
+    if config.cluster is not None and config.cluster.slurm:
+        errors.append(
+            "--container with --slurm: Slurm runs containers through pyxis/enroot "
+            "(srun --container-image), which this bench does not drive; use --hosts, or the host"
+        )
+    labels: dict[str, str] = {}
+    for reference in references:
+        other = labels.setdefault(container_label(reference), reference)
+        if other != reference:
+            errors.append(
+                f"--container {other} and {reference} share the short name "
+                f"{container_label(reference)!r} that run ids use: tag one differently"
+            )
+    return errors
+
+
+def check_image(reference: str, config: BenchConfig, env: Environment,
+                machines: Sequence[Machine], infos: Sequence[Mapping[str, Any]],
+                errors: list[str]) -> CheckedImage | None:  # fmt: skip
+    """One image on every machine; problems appended to `errors`."""
+    by_name = {m.name: m for m in machines}
+    found = on_all(list(by_name), lambda name: inspect_image(by_name[name], reference))
+    problems = [why for _, why in found.values() if why]
+    ids = {name: str(data.get("Id")) for name, (data, why) in found.items() if not why}
+    if len(set(ids.values())) > 1:
+        problems.append(f"image {reference} differs between nodes: "
+                        + "; ".join(f"{i} on {n}" for n, i in ids.items()))  # fmt: skip
+    if problems:
+        errors.extend(problems)
+        return None
+    inspected = found[machines[0].name][0]
+    horovod = "horovod" in config.launchers
+    facts, why = survey_image(machines[0], reference, inspected, config, infos[0], horovod)
+    if why:
+        errors.append(why)
+        return None
+    errors.extend(torch_problems(reference, facts, config))
+    unavailable = {}
+    if horovod:
+        problem = horovod_in_image(facts, config, env)
+        if problem and config.launchers_explicit:
+            errors.append(f"--launchers horovod in image {reference}: {problem}")
+        elif problem:
+            unavailable["horovod"] = problem
+    return CheckedImage(
+        reference, str(inspected["Id"]), pinned_digest(reference, inspected),
+        str(facts.get("executable") or ""), str(facts.get("horovodrun") or ""),
+        image_env(inspected, "PYTHONPATH"), facts, unavailable,
+    )  # fmt: skip
+
+
+def check_containers(config: BenchConfig, env: Environment) -> dict[str, CheckedImage]:
+    """Every --container image checked (see the module docstring), by the name given; raises
+    ConfigError listing every problem. A host-only sweep asks Docker nothing."""
+    references = images_of(config)
+    if not references:
+        return {}
+    errors = _refusals(config, references)
+    if errors:
+        raise ConfigError("\n".join(f"  - {e}" for e in errors))
+    machines = machines_for(config)
+    answers = [docker_info(m) for m in machines]
+    errors = [why for _, why in answers if why]
+    if errors:
+        raise ConfigError("\n".join(f"  - {e}" for e in errors))
+    infos = [info for info, _ in answers]
+    checked = {r: check_image(r, config, env, machines, infos, errors) for r in references}
+    if errors:
+        raise ConfigError("\n".join(f"  - {e}" for e in errors))
+    return {r: image for r, image in checked.items() if image is not None}
+
+
+def launcher_containers(images: Mapping[str, CheckedImage], config: BenchConfig) -> Containers:
+    """The checked images as the launchers run them."""
+    return Containers({i.digest: i.for_launchers() for i in images.values()}, ulimits(config),
+                      config.device == "cuda")  # fmt: skip
+
+
+def ulimits(config: BenchConfig) -> tuple[str, ...]:
+    return tuple(u for u in config.container_ulimits if u != "none")
+
+
+def pin_images(runs: Sequence[RunSpec], images: Mapping[str, CheckedImage]) -> list[RunSpec]:
+    """Each run in an image gets that image's digest: what it starts and its row records."""
+    return [
+        dataclasses.replace(s, container_digest=images[s.variant.container].digest)
+        if s.variant.container in images
+        else s
+        for s in runs
+    ]
