@@ -1,19 +1,26 @@
 #!/usr/bin/env python3
-"""Build the signed, local stand-in for NVIDIA's CUDA apt repository.
+"""Build the signed, local stand-ins for NVIDIA's, Canonical's and Docker's apt repositories.
 
-TEST FIXTURE. The packages built here carry NVIDIA's package names and version strings but
-contain no NVIDIA software: each holds a README that says it is a fixture, plus the few files
+TEST FIXTURE. The packages built here carry the vendors' package names and version strings but
+contain none of their software: each holds a README that says it is a fixture, plus the few files
 (headers, directories, units) whose *layout* the roles rely on. Tests may assert on state the
-roles create (sources, pins, holds, symlinks, which versions apt installed) but never on text
-that a fixture invented.
+roles create (sources, pins, holds, symlinks, which versions apt installed, service restarts) but
+never on text that a fixture invented.
 
-Layout, as on NVIDIA's server (flat repos, one per distro):
+Layouts, as on the vendors' servers:
     <www>/repos/<distro>/x86_64/{*.deb,Packages,Packages.gz,Release,InRelease,Release.gpg,3bf863cc.pub}
-plus, for Ubuntu's own -server driver packages, a stand-in of Canonical's archive:
-    <www>/ubuntu-archive/<distro>/{...same flat layout...}
+        NVIDIA's CUDA repos (flat, one per distro);
+    <www>/ubuntu-archive/<distro>/x86_64/{...same flat layout...}
+        Canonical's archive, for Ubuntu's own -server driver packages;
+    <www>/docker/linux/<debian|ubuntu>/{gpg, dists/<codename>/{Release,InRelease,Release.gpg,
+        stable/binary-amd64/Packages[.gz], pool/stable/amd64/*.deb}}
+        Docker's repository (deb <base>/<debian|ubuntu> <codename> stable);
+    <www>/libnvidia-container/{gpgkey, stable/deb/amd64/{*.deb,Packages,...,InRelease}}
+        NVIDIA's container toolkit repository (flat, one for every distro).
 
 The signing key is generated at build time (throwaway, no passphrase) and exported as
-3bf863cc.pub in every repo directory; its fingerprint is written to <work>/standin.env.
+3bf863cc.pub in every NVIDIA repo directory, as Docker's `gpg` and as the toolkit's `gpgkey`; its
+fingerprint is written to <work>/standin.env.
 
 Usage: standin_repo.py --manifest tests/standin/packages.yml --work .work
 """
@@ -30,9 +37,17 @@ from pathlib import Path
 import yaml
 
 DISTROS = ("ubuntu2004", "ubuntu2204", "ubuntu2404", "debian12", "debian13")
+# Docker's suites (<debian|ubuntu>/<codename>) and the suffix its versions carry there.
+DOCKER_SUITES = {
+    "debian/bookworm": "debian.12~bookworm",
+    "debian/trixie": "debian.13~trixie",
+    "ubuntu/focal": "ubuntu.20.04~focal",
+    "ubuntu/jammy": "ubuntu.22.04~jammy",
+    "ubuntu/noble": "ubuntu.24.04~noble",
+}
 FIXTURE_NOTE = (
     "TEST FIXTURE built by tests/infra/standin_repo.py for the gpustack test suite.\n"
-    "It stands in for NVIDIA's package {name} {version} and contains no NVIDIA software.\n"
+    "It stands in for {vendor}'s package {name} {version} and contains no {vendor} software.\n"
 )
 
 
@@ -51,7 +66,7 @@ def expand_version(version: str | dict, distro: str) -> str:
     return str(version)
 
 
-def build_deb(pkg: dict, version: str, distro: str, out: Path) -> Path:
+def build_deb(pkg: dict, version: str, distro: str, out: Path, vendor: str = "NVIDIA") -> Path:
     name = pkg["name"]
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "root"
@@ -59,8 +74,10 @@ def build_deb(pkg: dict, version: str, distro: str, out: Path) -> Path:
         debian.mkdir(parents=True)
         doc = root / "usr/share/doc" / name
         doc.mkdir(parents=True)
-        (doc / "TEST-FIXTURE").write_text(FIXTURE_NOTE.format(name=name, version=version))
-        upstream = version.split("-")[0]
+        (doc / "TEST-FIXTURE").write_text(
+            FIXTURE_NOTE.format(vendor=vendor, name=name, version=version)
+        )
+        upstream = version.split(":")[-1].split("-")[0]
         parts = [*upstream.split("."), "0", "0", "0"][:3]
         subs = {
             "version": version,
@@ -93,14 +110,16 @@ def build_deb(pkg: dict, version: str, distro: str, out: Path) -> Path:
                 value = value if isinstance(value, str) else ", ".join(value)
                 control.append(f"{field.capitalize()}: {value.format(**subs)}")
         control.append(f"Description: TEST FIXTURE standing in for {name}")
-        control.append(" Built by the gpustack test suite; contains no NVIDIA software.")
+        control.append(f" Built by the gpustack test suite; contains no {vendor} software.")
         (debian / "control").write_text("\n".join(control) + "\n")
         for script in ("postinst", "prerm", "postrm"):
             if pkg.get(script):
                 path = debian / script
                 path.write_text("#!/bin/sh\nset -e\n" + pkg[script].format(**subs))
                 path.chmod(0o755)
-        deb = out / f"{name}_{version}_{pkg.get('architecture', 'amd64')}.deb"
+        # Pool file names drop the epoch, as Debian's and Docker's do.
+        filename_version = version.split(":")[-1]
+        deb = out / f"{name}_{filename_version}_{pkg.get('architecture', 'amd64')}.deb"
         run(
             ["dpkg-deb", "--root-owner-group", "-Zgzip", "-b", str(root), str(deb)],
             stdout=subprocess.DEVNULL,
@@ -132,41 +151,106 @@ def make_key(gnupghome: Path) -> str:
     return next(line.split(":")[9] for line in out.splitlines() if line.startswith("fpr:"))
 
 
-def index_and_sign(repo: Path, gnupghome: Path, fpr: str, label: str) -> None:
-    env = {"GNUPGHOME": str(gnupghome), "PATH": "/usr/bin:/bin:/usr/sbin:/sbin"}
+def write_packages(archive: Path, pool: str, target: Path, env: dict) -> None:
+    """Packages and Packages.gz in `target` for the debs under archive/pool (paths relative to
+    archive, as apt resolves them against the source's URI)."""
     packages = run(
-        ["dpkg-scanpackages", "--multiversion", "."], cwd=repo, capture_output=True, env=env
+        ["dpkg-scanpackages", "--multiversion", pool], cwd=archive, capture_output=True, env=env
     ).stdout
-    (repo / "Packages").write_text(packages)
-    with gzip.open(repo / "Packages.gz", "wt") as fh:
+    target.mkdir(parents=True, exist_ok=True)
+    (target / "Packages").write_text(packages)
+    with gzip.open(target / "Packages.gz", "wt") as fh:
         fh.write(packages)
+
+
+def release_and_sign(
+    directory: Path, gnupghome: Path, fpr: str, label: str, fields: dict[str, str] | None = None
+) -> None:
+    """Release (with `fields` such as Suite and Codename), InRelease and Release.gpg."""
+    env = {"GNUPGHOME": str(gnupghome), "PATH": "/usr/bin:/bin:/usr/sbin:/sbin"}
+    options = []
+    for field, value in {"Origin": label, "Label": label, **(fields or {})}.items():
+        options += ["-o", f"APT::FTPArchive::Release::{field}={value}"]
     release = run(
-        [
-            "apt-ftparchive",
-            "-o",
-            f"APT::FTPArchive::Release::Origin={label}",
-            "-o",
-            f"APT::FTPArchive::Release::Label={label}",
-            "release",
-            ".",
-        ],
-        cwd=repo,
-        capture_output=True,
-        env=env,
+        ["apt-ftparchive", *options, "release", "."], cwd=directory, capture_output=True, env=env
     ).stdout
-    (repo / "Release").write_text(release)
+    (directory / "Release").write_text(release)
     for args, name in ((["--clearsign"], "InRelease"), (["-abs"], "Release.gpg")):
-        target = repo / name
+        target = directory / name
         target.unlink(missing_ok=True)
         run(
             ["gpg", "--batch", "--yes", "--local-user", fpr, *args, "-o", str(target), "Release"],
-            cwd=repo,
+            cwd=directory,
             env=env,
         )
+
+
+def export_key(gnupghome: Path, fpr: str, target: Path) -> None:
+    env = {"GNUPGHOME": str(gnupghome), "PATH": "/usr/bin:/bin"}
     armored = run(
         ["gpg", "--batch", "--armor", "--export", fpr], env=env, capture_output=True
     ).stdout
-    (repo / "3bf863cc.pub").write_text(armored)
+    target.write_text(armored)
+
+
+def index_and_sign(repo: Path, gnupghome: Path, fpr: str, label: str) -> None:
+    """A flat repository (NVIDIA's layout): Packages, Release and the key in one directory."""
+    env = {"GNUPGHOME": str(gnupghome), "PATH": "/usr/bin:/bin:/usr/sbin:/sbin"}
+    write_packages(repo, ".", repo, env)
+    release_and_sign(repo, gnupghome, fpr, label)
+    export_key(gnupghome, fpr, repo / "3bf863cc.pub")
+
+
+def build_docker(manifest: list[dict], www: Path, gnupghome: Path, fpr: str) -> int:
+    """Docker's layout: <www>/docker/linux/<distro>/dists/<codename>/ with the pool inside it, one
+    `stable` component, the key as <www>/docker/linux/<distro>/gpg. A version may carry {suffix}
+    (Docker's per-suite "debian.12~bookworm"); a package without `suites` is in every suite."""
+    env = {"PATH": "/usr/bin:/bin:/usr/sbin:/sbin"}
+    built = 0
+    for suite, suffix in DOCKER_SUITES.items():
+        distro, codename = suite.split("/")
+        archive = www / "docker/linux" / distro
+        dist = archive / "dists" / codename
+        pool = dist / "pool/stable/amd64"
+        pool.mkdir(parents=True, exist_ok=True)
+        for pkg in manifest:
+            if suite not in pkg.get("suites", DOCKER_SUITES):
+                continue
+            for version in pkg["versions"]:
+                build_deb(pkg, str(version).format(suffix=suffix), suite, pool, vendor="Docker")
+        write_packages(
+            archive,
+            str(pool.relative_to(archive)),
+            dist / "stable/binary-amd64",
+            env,
+        )
+        fields = {
+            "Suite": codename,
+            "Codename": codename,
+            "Components": "stable",
+            "Architectures": "amd64",
+        }
+        release_and_sign(dist, gnupghome, fpr, "Docker stand-in", fields)
+        export_key(gnupghome, fpr, archive / "gpg")
+        built += 1
+    return built
+
+
+def build_toolkit(manifest: list[dict], www: Path, gnupghome: Path, fpr: str) -> int:
+    """NVIDIA's libnvidia-container layout: one flat repository per architecture for every
+    distro, <www>/libnvidia-container/stable/deb/amd64/, the key as
+    <www>/libnvidia-container/gpgkey."""
+    base = www / "libnvidia-container"
+    repo = base / "stable/deb/amd64"
+    repo.mkdir(parents=True, exist_ok=True)
+    for pkg in manifest:
+        for version in pkg["versions"]:
+            build_deb(pkg, str(version), "all", repo)
+    env = {"PATH": "/usr/bin:/bin:/usr/sbin:/sbin"}
+    write_packages(repo, ".", repo, env)
+    release_and_sign(repo, gnupghome, fpr, "NVIDIA container toolkit stand-in")
+    export_key(gnupghome, fpr, base / "gpgkey")
+    return 1
 
 
 def main() -> None:
@@ -184,7 +268,12 @@ def main() -> None:
     manifest = yaml.safe_load(args.manifest.read_text())
     www = args.work / "www"
     gnupghome = args.work / "gnupg"
-    for stale in (www / "repos", www / "ubuntu-archive"):
+    for stale in (
+        www / "repos",
+        www / "ubuntu-archive",
+        www / "docker",
+        www / "libnvidia-container",
+    ):
         shutil.rmtree(stale, ignore_errors=True)
     env_file = args.work / "standin.env"
     if args.new_key or not env_file.exists():
@@ -208,8 +297,11 @@ def main() -> None:
                     build_deb(pkg, expand_version(version, distro), distro, repo)
     for repo, label in repos.items():
         index_and_sign(repo, gnupghome, fpr, label)
+    count = len(repos)
+    count += build_docker(manifest.get("docker", []), www, gnupghome, fpr)
+    count += build_toolkit(manifest.get("nvidia_container_toolkit", []), www, gnupghome, fpr)
     (args.work / "standin.env").write_text(f"STANDIN_KEY_FPR={fpr}\n")
-    print(f"standin: {len(repos)} signed repos under {www}, key {fpr}")
+    print(f"standin: {count} signed repos under {www}, key {fpr}")
 
 
 if __name__ == "__main__":

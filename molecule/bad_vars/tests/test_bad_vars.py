@@ -194,6 +194,30 @@ CASES: dict[str, tuple[dict, str, str]] = {
         "nccl_tests_sha256",
         "abc123",
     ),
+    # container_runtime (checked only where site.yml runs it: gpustack_container_runtime)
+    "unknown container engine source": (
+        {"gpustack_container_runtime": True, "container_runtime_engine_source": "podman"},
+        "container_runtime_engine_source",
+        "podman",
+    ),
+    "toolkit version without its revision": (
+        {"gpustack_container_runtime": True, "container_runtime_toolkit_version": "1.20.0"},
+        "container_runtime_toolkit_version",
+        '"1.20.0"',
+    ),
+    "docker version with Docker's epoch and suffix": (
+        {
+            "gpustack_container_runtime": True,
+            "container_runtime_docker_version": "5:29.4.1-1~debian.12~bookworm",
+        },
+        "container_runtime_docker_version",
+        "5:29.4.1-1~debian.12~bookworm",
+    ),
+    "container runtime switch not a boolean": (
+        {"gpustack_container_runtime": "sometimes"},
+        "gpustack_container_runtime",
+        "sometimes",
+    ),
     # site.yml: a misspelt variable, refused with gpustack_strict_vars (a warning without it)
     "misspelt variable, strict": (
         {"nvidia_drvier_branch": "550", "gpustack_strict_vars": True},
