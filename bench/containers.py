@@ -36,7 +36,8 @@ DOCKER_FAILED = 125  # docker run: the daemon could not create or start the cont
 SURVEY_TIMEOUT_S = 300  # a large image's first torch import on a cold disk takes a while
 ROLE_HINT = (
     "install the NVIDIA Container Toolkit and configure Docker for it: the container_runtime "
-    "role does both (or `nvidia-ctk runtime configure --runtime=docker` and restart dockerd)"
+    "role does both (ansible-playbook site.yml -e gpustack_container_runtime=true), or "
+    "`nvidia-ctk runtime configure --runtime=docker` and restart dockerd"
 )
 # Run inside the image: the node survey, where the interpreter and horovodrun are, and with
 # the argument "horovod" whether horovod.torch works (as bench.machine checks it on a host).
