@@ -7,6 +7,7 @@
 #                          Ubuntu 20.04 stand-in, cp313 for Debian 13): PyPI's torch 2.13.0, which is
 #                          the CUDA 13.0 build, with the nvidia-* wheels it depends on (NCCL among
 #                          them), PyPI's nvcc/cudart/cccl of the same CUDA 13.0 (`cuda-toolkit` extras),
+#                          CuPy for CUDA 13 (compat.yml's cupy-cuda13x release, ~66 MB per Python),
 #                          the other packages and Horovod's sdist. Kept apart because pip prefers
 #                          2.13.0+cpu over 2.13.0 for `torch==2.13.0` when both lie in one directory.
 #   .work/www/installers/  TEST FIXTURE installers with their .sha256 files (see molecule/conda/files),
@@ -36,7 +37,8 @@ binaries=(
 sources=(horovod==0.28.1)
 # The CUDA build of torch on PyPI is CUDA 13.0 (its nvidia-*-cu13 dependencies): the NCCL Horovod
 # variant is compiled against that major, with nvcc and cudart from the same CUDA 13.0 release.
-cuda_stack=(torch==2.13.0 torchvision==0.28.0 "cuda-toolkit[nvcc,cudart,cccl]==13.0.3.0")
+# CuPy: the wheel and release compat.yml names for CUDA 13 (tests/unit/test_compat.py keeps them equal).
+cuda_stack=(torch==2.13.0 torchvision==0.28.0 "cuda-toolkit[nvcc,cudart,cccl]==13.0.3.0" cupy-cuda13x==14.2.0)
 cuda_pythons=(311 313)
 # A second, older NCCL of the same major: the horovod scenario unpacks its libnccl.so.2 where Ubuntu's
 # libnccl2 puts it, to show which of two real NCCLs a torch process loads.

@@ -136,3 +136,80 @@ def test_standin_offers_no_branch_or_cuda_the_table_does_not_publish(distro):
         if (m := re.fullmatch(r"cuda-toolkit-(\d+)-(\d+)", n))
     }
     assert toolkits <= set(entry["cuda"])
+
+
+def test_each_cuda_major_names_its_torch_and_cupy():
+    for major, entry in COMPAT["cuda_major"].items():
+        assert re.fullmatch(r"\d+\.\d+\.\d+", entry["torch"]), major
+        assert re.fullmatch(r"\d+\.\d+\.\d+", entry["torchvision"]), major
+        assert re.fullmatch(r"3\.\d+", entry["torch_min_python"]), major
+        # PyPI's CuPy wheels are named by CUDA major: cupy-cuda12x, cupy-cuda13x.
+        assert entry["cupy"] == f"cupy-cuda{major}x"
+        assert re.fullmatch(r"\d+\.\d+\.\d+", entry["cupy_version"]), major
+
+
+PYTHON_ENV = ROOT / "roles/python_env"
+
+
+@pytest.mark.parametrize(
+    ("variable", "key"),
+    [
+        ("python_env_torch_version", "torch"),
+        ("python_env_torchvision_version", "torchvision"),
+        ("python_env_min_python", "torch_min_python"),
+        ("python_env_torch_index_url", "torch_index"),
+        ("python_env_cupy_package", "cupy"),
+        ("python_env_cupy_version", "cupy_version"),
+    ],
+)
+def test_python_env_defaults_come_from_compat_yml(variable, key):
+    # The role's versions are compat.yml's for the CUDA major, not literals of its own: a torch or
+    # CuPy release is changed in one place.
+    defaults = yaml.safe_load((PYTHON_ENV / "defaults/main.yml").read_text())
+    assert " ".join(defaults[variable].split()) == f"{{{{ python_env_compat_major.{key} }}}}"
+    internal = yaml.safe_load((PYTHON_ENV / "vars/main.yml").read_text())
+    assert (
+        "python_env_compat.cuda_major[python_env_cuda_major]" in internal["python_env_compat_major"]
+    )
+
+
+def test_wheelhouse_carries_compat_yml_s_cupy_for_cuda_13():
+    # The containers' torch is PyPI's CUDA 13 build, so python_env installs CuPy for CUDA 13 from
+    # the local wheelhouse: it must hold exactly the release compat.yml pins.
+    script = (ROOT / "tests/infra/wheelhouse.sh").read_text()
+    cupy = COMPAT["cuda_major"]["13"]
+    pins = re.findall(r"\bcupy-cuda\d+x==[\d.]+", script)
+    assert pins == [f"{cupy['cupy']}=={cupy['cupy_version']}"]
+
+
+UBUNTU = [d for d in DISTROS if d.startswith("ubuntu")]
+
+
+@pytest.mark.parametrize("distro", DISTROS)
+def test_server_branches_only_for_ubuntu(distro):
+    # Canonical's -server driver packages exist on Ubuntu only (nvidia_driver_source: distro).
+    entry = COMPAT["distros"][distro]
+    if distro in UBUNTU:
+        branches = entry["server_branches"]
+        assert branches and all(re.fullmatch(r"\d{3}", b) for b in branches)
+        assert branches == sorted(branches, key=int)
+        # Only branches that run the CUDA releases this table knows.
+        assert min(map(int, branches)) >= min(c["min_branch"] for c in COMPAT["cuda"].values())
+    else:
+        assert "server_branches" not in entry
+
+
+def test_standin_archive_serves_a_branch_compat_yml_lists_for_focal():
+    # molecule/driver_distro_source installs the stand-in archive's real branch on the Ubuntu
+    # 20.04 stand-in, so the preflight must accept it; its retired branch (packages that depend on
+    # another branch's) must be one the list leaves out.
+    real, retired = set(), set()
+    for pkg in MANIFEST["ubuntu_archive"]:
+        found = re.fullmatch(r"nvidia-headless-(\d{3})-server", pkg["name"])
+        if found:
+            branch = found.group(1)
+            others = set(re.findall(r"-(\d{3})-server", pkg.get("depends", ""))) - {branch}
+            (retired if others else real).add(branch)
+    listed = set(COMPAT["distros"]["ubuntu2004"]["server_branches"])
+    assert real and real <= listed
+    assert retired and not retired & listed

@@ -1,9 +1,10 @@
 """Bad variables for every role, each rejected by site.yml before anything changes on the host.
 
-site.yml runs once against the scenario's container through one inventory alias per case (all
-aliases are the same container), so every case goes through the real entry point and its
-preflight, in one ansible-playbook run. Each alias must fail with a message naming the variable;
-the container's apt state, package database and the files the roles write must be unchanged.
+site.yml runs once against the scenario's containers through one inventory alias per case (the
+Debian 12 container, or the Ubuntu 20.04 stand-in for the cases only Ubuntu reaches), so every
+case goes through the real entry point and its preflight, in one ansible-playbook run. Each alias
+must fail with a message naming the variable; the containers' apt state, package database and the
+files the roles write must be unchanged.
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ import yaml
 
 PROJECT = Path(__file__).resolve().parents[3]
 INSTANCE = "debian12-bad_vars"
+# The Ubuntu 20.04 stand-in (Debian userland, Ubuntu facts), managed through Ubuntu 20.04's Python.
+UBUNTU_INSTANCE = "ubuntu2004-bad_vars"
+UBUNTU_PYTHON = "/root/.pyenv/versions/3.8.18/bin/python3.8"
 
 # id -> (variables set on the alias, variable the message must name, fragment it must contain)
 CASES: dict[str, tuple[dict, str, str]] = {
@@ -92,6 +96,12 @@ CASES: dict[str, tuple[dict, str, str]] = {
         {"nvidia_driver_branch": "999"},
         "nvidia_driver_branch",
         '"999" is not a branch NVIDIA publishes for debian12',
+    ),
+    # Canonical's -server packages: only the branches compat.yml lists for the release (20.04: 535)
+    "distro driver branch Canonical does not publish (Ubuntu 20.04)": (
+        {"nvidia_driver_source": "distro", "nvidia_driver_branch": "580"},
+        "nvidia_driver_branch",
+        '"580" is not a branch Canonical publishes as -server packages for ubuntu2004',
     ),
     "driver version of another branch": (
         {"nvidia_driver_version": "550.127.08"},
@@ -236,16 +246,25 @@ def alias(case: str) -> str:
     return "bad-" + re.sub(r"[^a-z0-9]+", "-", case.lower()).strip("-")
 
 
-def write_inventory(path: Path, cases: dict[str, dict]) -> Path:
-    """One host per case, all of them the scenario's container, in group gpu_nodes."""
-    hosts = {
-        alias(case): {
+def on_ubuntu(case: str) -> bool:
+    """Cases that only an Ubuntu host reaches run on the Ubuntu 20.04 stand-in."""
+    return case.endswith("(Ubuntu 20.04)")
+
+
+def connection(case: str) -> dict:
+    if on_ubuntu(case):
+        return {
             "ansible_connection": "community.docker.docker",
-            "ansible_host": INSTANCE,
-            **variables,
+            "ansible_host": UBUNTU_INSTANCE,
+            "ansible_python_interpreter": UBUNTU_PYTHON,
         }
-        for case, variables in cases.items()
-    }
+    return {"ansible_connection": "community.docker.docker", "ansible_host": INSTANCE}
+
+
+def write_inventory(path: Path, cases: dict[str, dict]) -> Path:
+    """One host per case, each the scenario's Debian 12 or Ubuntu 20.04 container, in group
+    gpu_nodes."""
+    hosts = {alias(case): {**connection(case), **variables} for case, variables in cases.items()}
     inventory = {"gpu_nodes": {"children": {"cases": {"hosts": hosts}}}}
     path.write_text(yaml.safe_dump(inventory, sort_keys=False))
     return path
@@ -271,15 +290,25 @@ def instance(host):
 
 
 @pytest.fixture(scope="module")
-def site_run(instance, playbook, host_snapshot, tmp_path_factory):
-    """site.yml with every bad case at once, and the container's state around it."""
+def instances(instance):
+    """Both containers (the Ubuntu one reached through the same molecule inventory)."""
+    ubuntu = instance.get_host(
+        f"ansible://{UBUNTU_INSTANCE}", ansible_inventory=instance.backend.ansible_inventory
+    )
+    return [instance, ubuntu]
+
+
+@pytest.fixture(scope="module")
+def site_run(instances, playbook, host_snapshot, tmp_path_factory):
+    """site.yml with every bad case at once, and the containers' state around it."""
+    assert any(on_ubuntu(case) for case in CASES) and not all(on_ubuntu(case) for case in CASES)
     inventory = write_inventory(
         tmp_path_factory.mktemp("bad_vars") / "cases.yml",
         {case: variables for case, (variables, _, _) in CASES.items()},
     )
-    before = host_snapshot(instance)
+    before = [host_snapshot(h) for h in instances]
     run = playbook(PROJECT / "site.yml", inventories=[inventory], limit="cases")
-    after = host_snapshot(instance)
+    after = [host_snapshot(h) for h in instances]
     return run, before, after
 
 
@@ -299,21 +328,30 @@ def test_nothing_changed_on_the_host(site_run):
     assert {host: stats["changed"] for host, stats in run.stats.items()} == {
         alias(case): 0 for case in CASES
     }
-    assert after == before
+    assert after[0] == before[0], "the Debian 12 container changed"
+    assert after[1] == before[1], "the Ubuntu 20.04 stand-in changed"
 
 
 def test_good_variables_pass_the_preflight(instance, playbook, tmp_path):
     # The same aliasing with valid variables: preflight (--tags preflight) passes, so the cases
     # above fail because of their bad value, not because of how they are run. Without
     # gpustack_strict_vars a misspelt variable passes too, named in a warning.
-    inventory = write_inventory(
-        tmp_path / "good.yml", {"good": {}, "misspelt": {"nvidia_drvier_branch": "550"}}
-    )
+    good = {
+        "good": {},
+        "misspelt": {"nvidia_drvier_branch": "550"},
+        # A branch Canonical does publish for 20.04, with a CUDA release that branch runs.
+        "good distro branch (Ubuntu 20.04)": {
+            "nvidia_driver_source": "distro",
+            "nvidia_driver_branch": "535",
+            "cuda_toolkit_version": "12.2",
+        },
+    }
+    inventory = write_inventory(tmp_path / "good.yml", good)
     run = playbook(
         PROJECT / "site.yml", inventories=[inventory], limit="cases", args=["--tags", "preflight"]
     )
     assert run.rc == 0, run.failures or run.stderr[-2000:]
-    for case in ("good", "misspelt"):
+    for case in good:
         assert run.stats[alias(case)]["failures"] == 0
         assert run.stats[alias(case)]["changed"] == 0
     warnings = warnings_by_host(run.stdout)

@@ -59,10 +59,14 @@ def test_pending_reboot_recorded(host):
 
 def test_refuses_a_branch_the_archive_moved_to_another(host, refused):
     # The stand-in archive publishes the 545-server packages only as transitional packages of
-    # 550 (see tests/standin/packages.yml). Moving to 545 on purpose must stop with the reason
-    # before the holds are released or anything is installed.
+    # 550 (see tests/standin/packages.yml). compat.yml's list of Canonical's branches would refuse
+    # 545 in validation; a stale list that still names it (nvidia_driver_distro_branches) must not
+    # let the move through: it stops with the reason before the holds are released or anything is
+    # installed.
     message = refused(
-        host, PROJECT_DIR / "playbooks" / "upgrade-driver.yml", {"nvidia_driver_branch": "545"}
+        host,
+        PROJECT_DIR / "playbooks" / "upgrade-driver.yml",
+        {"nvidia_driver_branch": "545", "nvidia_driver_distro_branches": ["535", "545"]},
     )
     assert "offered only at 550.127.05" in message
     assert "driver branch 545 (nvidia_driver_branch)" in message

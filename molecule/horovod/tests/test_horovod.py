@@ -1,7 +1,9 @@
-"""State python_env (venv provider) and horovod leave on the host: a venv with PyPI's CUDA 13 torch
-and CUDA 13 compiler wheels, the bench, and the NCCL variant of Horovod compiled in the container,
+"""State python_env (venv provider), horovod and nccl_tests leave on the host: a venv with PyPI's
+CUDA 13 torch, CuPy for CUDA 13 and CUDA 13 compiler wheels, the bench, and the NCCL variant of
+Horovod compiled in the container (C++17 with the stand-in's g++ 12, C++20 with Debian 13's g++ 14),
 which passes its own check, links NCCL, loads torch's NCCL at run time and reduces across two
-processes (through Gloo: the container has no GPU)."""
+processes (through Gloo: the container has no GPU); and nccl-tests compiled with the same
+compiler."""
 
 import json
 import os
@@ -20,9 +22,19 @@ def py(host, code):
     return host.run_expect([0], f"{PY} -c '{code}'").stdout.strip()
 
 
+def is_debian13(host):
+    return host.backend.get_hostname().startswith("debian13")
+
+
 def python_minor(host):
-    # Debian 13 would run Python 3.13; Debian 12 and the Ubuntu 20.04 stand-in run 3.11.
-    return "13" if host.backend.get_hostname().startswith("debian13") else "11"
+    # Debian 13 runs Python 3.13; the Ubuntu 20.04 stand-in (Debian 12's userland) 3.11.
+    return "13" if is_debian13(host) else "11"
+
+
+def cxx_standard(host):
+    # torch 2.13's headers ask for C++17; g++ >= 14 (Debian 13) needs C++20 for Horovod 0.28.1's
+    # vendored flatbuffers, so the role compiles with the larger of the two.
+    return 20 if is_debian13(host) else 17
 
 
 def site_packages(host):
@@ -59,6 +71,32 @@ def test_distributions_installed(host, dist, version):
     assert got == version if version else re.fullmatch(r"\d+\.\d+\.\d+.*", got)
 
 
+def test_compiler_is_the_platforms(host):
+    # The point of the two platforms: the oldest and the newest g++ the role compiles with here.
+    major = host.check_output("g++ -dumpversion").split(".")[0]
+    assert major == ("14" if is_debian13(host) else "12")
+
+
+CUPY = """
+import importlib.metadata as md, json, re, cupy
+names = [d.metadata["Name"] for d in md.distributions()]
+wheels = sorted(n for n in names if re.match("cupy", n))
+print(json.dumps({"wheels": wheels, "module": cupy.__version__,
+                  "runtime": cupy.cuda.runtime.runtimeGetVersion()}))
+"""
+
+
+def test_cupy_for_torchs_cuda_major(host):
+    # python_env picked compat.yml's CuPy wheel for CUDA 13 (the torch wheel's major); it imports
+    # without a GPU and reports the CUDA runtime it was built with. Device calls need a GPU and
+    # are left to verify.yml on a real server.
+    host.run_expect([0], f"cat > /tmp/cupy_state.py <<'PY'\n{CUPY}PY")
+    got = json.loads(host.check_output(f"{PY} /tmp/cupy_state.py"))
+    assert got["wheels"] == ["cupy-cuda13x"]
+    assert got["module"] == "14.2.0"
+    assert got["runtime"] // 1000 == 13
+
+
 def test_training_packages_import(host):
     out = py(host, "import pandas, pyarrow, matplotlib, pynvml, tqdm, bench; print(bench.__name__)")
     assert out == "bench"
@@ -77,10 +115,9 @@ def test_build_record_matches_the_environment(host):
         "nccl_include": f"{site_packages(host)}/nvidia/nccl/include",
         "nccl_version": "2.29.7",
         "cuda_cc_list": ["90"],
-        # torch 2.13's headers ask for C++17 (torch >= 2.14's for C++20).
-        "cxx_standard": 17,
+        "cxx_standard": cxx_standard(host),
     }
-    key = f"horovod-0.28.1_torch-2.13.0+cu130_py3.{minor}_nccl_cxx17_sm90"
+    key = f"horovod-0.28.1_torch-2.13.0+cu130_py3.{minor}_nccl_cxx{cxx_standard(host)}_sm90"
     wheel = host.file(f"/var/cache/gpustack/horovod-wheels/{key}/{record['wheel']}")
     assert wheel.is_file
     assert wheel.sha256sum == record["wheel_sha256"]
@@ -162,8 +199,6 @@ NCCL_TESTS = "/opt/nccl-tests/2.19.6"
 
 
 def test_nccl_tests_built_from_the_checksummed_tarball(host):
-    if not host.backend.get_hostname().startswith("ubuntu2004"):
-        pytest.skip("nccl-tests is compiled on the Ubuntu 20.04 stand-in only (same build on both)")
     record = json.loads(host.file(f"{NCCL_TESTS}/gpustack-nccl-tests.json").content_string)
     assert record["version"] == "2.19.6"
     # The served tarball is our stand-in source (TEST FIXTURE); the record names its checksum.

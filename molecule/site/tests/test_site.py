@@ -171,6 +171,13 @@ def test_verify_playbook_reports_every_check_as_json(host, playbook, tmp_path, c
     assert checks["nccl_version"]["passed"] is True
     assert checks["nccl_version"]["figures"]["requested"] == "2.28.3-1"
     assert checks["cuda_release"]["figures"]["requested"] == cuda
+    # CuPy's matrix product on every GPU (python_env installs CuPy by default): the wheel compat.yml
+    # names for the OS's CUDA major, and a failure here (no GPU, and this scenario skips the python
+    # roles, so no environment either).
+    major = cuda.split(".")[0]
+    assert checks["cupy_matmul"]["figures"]["package"] == f"cupy-cuda{major}x"
+    assert checks["cupy_matmul"]["passed"] is False
+    assert "cupy-cuda" in checks["cupy_matmul"]["message"]
     assert all(checks[c]["message"] for c in CORE_CHECKS if not checks[c]["passed"])
     # The same summary is printed, and the failure names the failed checks' count.
     assert f'"host": "{name}"' in run.stdout or f'\\"host\\": \\"{name}\\"' in run.stdout
