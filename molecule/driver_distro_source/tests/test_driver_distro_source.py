@@ -8,7 +8,8 @@ import driver_state as ds
 
 PROJECT_DIR = Path(__file__).resolve().parents[3]
 
-VERSION = "535.183.01"
+BRANCH = "535"
+VERSION = f"{BRANCH}.183.01"
 SIGNED_ONLY = ["nvidia-headless-no-dkms-535-server", "nvidia-utils-535-server"]
 DKMS_ONLY = ["nvidia-headless-535-server", "nvidia-dkms-535-server"]
 
@@ -19,7 +20,7 @@ def signed(host):
 
 def test_server_packages_installed(host):
     status = ds.dpkg_status(host)
-    expected = ds.DRIVER_PACKAGES[("ubuntu", "distro")]
+    expected = [name.format(b=BRANCH) for name in ds.DRIVER_PACKAGES[("ubuntu", "distro")]]
     if signed(host):
         expected = [name for name in expected if name not in DKMS_ONLY]
         assert all(name not in status or status[name][1][1] != "i" for name in DKMS_ONLY)
