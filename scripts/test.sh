@@ -119,8 +119,9 @@ if wants molecule; then
   scenarios=()
   for p in "${parts[@]}"; do [[ $p == molecule:* ]] && scenarios+=("${p#molecule:}"); done
   if [ ${#scenarios[@]} -eq 0 ]; then
-    # Longest first (they build Horovod in containers), so the pool drains evenly.
-    for s in python_env horovod; do [ -f "molecule/$s/molecule.yml" ] && scenarios+=("$s"); done
+    # Longest first (horovod builds Horovod in two containers; site runs the whole stack on three;
+    # upgrade_driver converges four times), so the pool drains evenly.
+    for s in horovod site upgrade_driver container_runtime; do [ -f "molecule/$s/molecule.yml" ] && scenarios+=("$s"); done
     for d in molecule/*/molecule.yml; do
       s=$(basename "$(dirname "$d")")
       [[ " ${scenarios[*]} " == *" $s "* ]] || scenarios+=("$s")
