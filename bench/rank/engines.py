@@ -115,11 +115,12 @@ class DdpEngine:
 
     def compile(self, model: torch.nn.Module) -> torch.nn.Module:
         # Dynamo's DDPOptimizer (torch's default) cuts the compiled graph at every DDP bucket
-        # boundary, so each bucket's allreduce can start while the rest of backward runs. On one
-        # node the cuts cost more than the overlap gains: they stop Inductor fusing across them
-        # and add graph launches (one H100, ResNet-50 amp-bf16 channels_last batch 128: 4,877
-        # img/s compiled without DDP, 3,502 compiled under DDP with the cuts; pytorch#108966).
-        # So by default the model is one graph (optimize_ddp = False): its compiled backward
+        # boundary, so each bucket's allreduce can start while the rest of backward runs. The
+        # cuts stop Inductor fusing across them and add graph launches (pytorch#108966); on one
+        # H100, ResNet-50 amp-bf16 channels_last batch 128 ran 4,877 img/s compiled without DDP
+        # and 3,502 compiled under DDP with the cuts. Whether one graph recovers the difference is
+        # not yet measured (no GPU so far; `--compile-ddp-split` run both ways measures it).
+        # By default the model is one graph (optimize_ddp = False): its compiled backward
         # hands all gradients over at its end, and DDP's reducer allreduces the buckets then,
         # without overlap. That costs the allreduce time once per step: small over NVLink (about
         # 1 ms for ResNet-50's 102 MB), not across nodes over a slower network, where
