@@ -8,6 +8,7 @@ verifier) and read the per-host results from the json callback.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -144,3 +145,38 @@ def refused_run(host, playbook: str | Path, extra_vars: dict) -> str:
 def refused():
     """refused(host, playbook, extra_vars) -> the message of a play that must change nothing."""
     return refused_run
+
+
+def key_fingerprints(host, path: str) -> list[str]:
+    """The fingerprints of the primary keys in the keyring file `path` on `host`."""
+    host.run_expect([0], "install -d -m 0700 /tmp/verify-gnupg")
+    out = host.run_expect(
+        [0], f"gpg --homedir /tmp/verify-gnupg --batch --with-colons --show-keys {path}"
+    ).stdout
+    return [
+        b.split(":")[9]
+        for a, b in itertools.pairwise(out.splitlines())
+        if a.startswith("pub:") and b.startswith("fpr:")
+    ]
+
+
+def apt_update_problems(host) -> list[str]:
+    """Run apt-get update on `host` (it must exit 0); its warning and error lines."""
+    update = host.run_expect([0], "LC_ALL=C apt-get update")
+    return [
+        line
+        for line in (update.stdout + update.stderr).splitlines()
+        if line.startswith(("W:", "E:", "Err:"))
+    ]
+
+
+@pytest.fixture(scope="session")
+def fingerprints():
+    """fingerprints(host, keyring_path) -> the keyring's primary key fingerprints."""
+    return key_fingerprints
+
+
+@pytest.fixture(scope="session")
+def apt_problems():
+    """apt_problems(host) -> apt-get update's W:/E:/Err: lines (an empty list when apt is clean)."""
+    return apt_update_problems

@@ -7,6 +7,7 @@
 #                 the signed stand-in of NVIDIA's apt repo (fresh throwaway key) served on docker0
 #   4. pytest     the bench's unit and integration tests (real torchrun/horovodrun, netns hosts, Slurm)
 #   5. molecule   every scenario under molecule/: create, converge, idempotence, verify, destroy
+#                 (two at a time; the longest starts beside pytest)
 # Every step runs even when an earlier one failed (except setup/infra, which the rest need); the
 # script prints a summary and exits non-zero if anything failed.
 #
@@ -96,14 +97,21 @@ if wants pytest || wants molecule; then
   export "$(cat .work/standin.env)"
 fi
 
-if wants pytest; then
-  # DALI for the DALI loader's test with CPU operators (1.1 GB with its dependencies, ~25 s; not
-  # part of the bootstrap's quick start). Pinned in constraints.txt.
-  step dali python -m pip install -q -c constraints.txt nvidia-dali-cuda120
-  # pytest exits 5 when it collected nothing: that is a failure of the suite, not a pass.
-  # GPUSTACK_REQUIRE_ALL_TESTS=1: a missing prerequisite (Horovod, root for netns, sshd) fails
-  # the test instead of skipping it, so the suite cannot go green by skipping.
-  GPUSTACK_REQUIRE_ALL_TESTS=1 step pytest python -m pytest -q -rfE --durations=15 tests/unit tests/integration
+# Scenarios are independent (own containers, names and ephemeral dirs); most of their time is
+# apt and Ansible round trips, so two at a time use a 2-core machine well.
+jobs_max=${GPUSTACK_MOLECULE_JOBS:-2}
+scenarios=()
+if wants molecule; then
+  for p in "${parts[@]}"; do [[ $p == molecule:* ]] && scenarios+=("${p#molecule:}"); done
+  if [ ${#scenarios[@]} -eq 0 ]; then
+    # Longest first (horovod builds Horovod in two containers; site runs the whole stack on three;
+    # upgrade_driver converges four times), so the pool drains evenly.
+    for s in horovod site upgrade_driver container_runtime; do [ -f "molecule/$s/molecule.yml" ] && scenarios+=("$s"); done
+    for d in molecule/*/molecule.yml; do
+      s=$(basename "$(dirname "$d")")
+      [[ " ${scenarios[*]} " == *" $s "* ]] || scenarios+=("$s")
+    done
+  fi
 fi
 
 # molecule_scenario NAME: one scenario, output to its log only (scenarios run side by side).
@@ -115,23 +123,29 @@ molecule_scenario() {
   echo "$rc $(( $(date +%s) - t0 ))" >"$logs/molecule-$s.rc"
 }
 
+# The longest scenario (horovod, about half an hour) starts beside pytest, in the slot pytest leaves
+# free while its tests wait on subprocesses, timeouts and sshd: the suite is CPU-bound, and
+# starting it last would leave it running alone at the end.
+early=0
+if wants pytest && [ ${#scenarios[@]} -gt 0 ]; then
+  echo "molecule: starting ${scenarios[0]} beside pytest"
+  molecule_scenario "${scenarios[0]}" &
+  early=1
+fi
+
+if wants pytest; then
+  # DALI for the DALI loader's test with CPU operators (1.1 GB with its dependencies, ~25 s; not
+  # part of the bootstrap's quick start). Pinned in constraints.txt.
+  step dali python -m pip install -q -c constraints.txt nvidia-dali-cuda120
+  # pytest exits 5 when it collected nothing: that is a failure of the suite, not a pass.
+  # GPUSTACK_REQUIRE_ALL_TESTS=1: a missing prerequisite (Horovod, root for netns, sshd) fails
+  # the test instead of skipping it, so the suite cannot go green by skipping.
+  GPUSTACK_REQUIRE_ALL_TESTS=1 step pytest python -m pytest -q -rfE --durations=15 tests/unit tests/integration
+fi
+
 if wants molecule; then
-  scenarios=()
-  for p in "${parts[@]}"; do [[ $p == molecule:* ]] && scenarios+=("${p#molecule:}"); done
-  if [ ${#scenarios[@]} -eq 0 ]; then
-    # Longest first (horovod builds Horovod in two containers; site runs the whole stack on three;
-    # upgrade_driver converges four times), so the pool drains evenly.
-    for s in horovod site upgrade_driver container_runtime; do [ -f "molecule/$s/molecule.yml" ] && scenarios+=("$s"); done
-    for d in molecule/*/molecule.yml; do
-      s=$(basename "$(dirname "$d")")
-      [[ " ${scenarios[*]} " == *" $s "* ]] || scenarios+=("$s")
-    done
-  fi
-  # Scenarios are independent (own containers, names and ephemeral dirs); most of their time is
-  # apt and Ansible round trips, so two at a time use a 2-core machine well.
-  jobs_max=${GPUSTACK_MOLECULE_JOBS:-2}
   printf '\n==== molecule: %s scenarios, %s at a time ====\n' "${#scenarios[@]}" "$jobs_max"
-  for s in "${scenarios[@]}"; do
+  for s in "${scenarios[@]:$early}"; do
     while [ "$(jobs -rp | wc -l)" -ge "$jobs_max" ]; do wait -n; done
     echo "molecule: starting $s"
     molecule_scenario "$s" &

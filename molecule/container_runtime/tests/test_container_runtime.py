@@ -9,7 +9,6 @@ systemd and the real engine report.
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import shlex
@@ -93,18 +92,6 @@ def deb822(text: str) -> dict[str, str]:
     return fields
 
 
-def fingerprints(host, path: str) -> list[str]:
-    host.run_expect([0], "install -d -m 0700 /tmp/verify-gnupg")
-    out = host.run_expect(
-        [0], f"gpg --homedir /tmp/verify-gnupg --batch --with-colons --show-keys {path}"
-    ).stdout
-    return [
-        b.split(":")[9]
-        for a, b in itertools.pairwise(out.splitlines())
-        if a.startswith("pub:") and b.startswith("fpr:")
-    ]
-
-
 def installed(host) -> dict[str, str]:
     out = host.check_output(
         "dpkg-query --show --showformat='${Package} ${Version} ${db:Status-Abbrev}\\n'"
@@ -121,7 +108,7 @@ def daemon_json(host) -> dict:
 
 
 # ---- repositories ------------------------------------------------------------------------------
-def test_toolkit_source_is_one_deb822_entry_signed_by_its_keyring(host):
+def test_toolkit_source_is_one_deb822_entry_signed_by_its_keyring(host, fingerprints):
     fields = deb822(host.file(TOOLKIT_SOURCE).content_string)
     assert fields["Types"] == "deb"
     assert fields["URIs"] == f"{os.environ['STANDIN_URL']}/libnvidia-container/stable/deb/amd64"
@@ -130,7 +117,7 @@ def test_toolkit_source_is_one_deb822_entry_signed_by_its_keyring(host):
     assert fingerprints(host, TOOLKIT_KEYRING) == [os.environ["STANDIN_KEY_FPR"]]
 
 
-def test_docker_source_only_with_dockers_engine(host, expected):
+def test_docker_source_only_with_dockers_engine(host, fingerprints, expected):
     source, keyring = host.file(DOCKER_SOURCE), host.file(DOCKER_KEYRING)
     if expected["source"] == "distro":
         assert not source.exists and not keyring.exists
@@ -145,18 +132,12 @@ def test_docker_source_only_with_dockers_engine(host, expected):
     assert fingerprints(host, DOCKER_KEYRING) == [os.environ["STANDIN_KEY_FPR"]]
 
 
-def test_guide_style_definitions_are_gone_and_apt_is_clean(host):
+def test_guide_style_definitions_are_gone_and_apt_is_clean(host, apt_problems):
     # prepare.yml left docker.list and nvidia-container-toolkit.list with other Signed-By paths.
     listed = host.check_output("ls /etc/apt/sources.list.d").split()
     assert "docker.list" not in listed and "nvidia-container-toolkit.list" not in listed
     assert not host.file("/usr/share/keyrings/nvidia-container-toolkit-keyring.gpg").exists
-    update = host.run_expect([0], "LC_ALL=C apt-get update")
-    problems = [
-        line
-        for line in (update.stdout + update.stderr).splitlines()
-        if line.startswith(("W:", "E:", "Err:"))
-    ]
-    assert problems == []
+    assert apt_problems(host) == []
     uris = host.check_output("apt-get indextargets --format '$(REPO_URI)'").split()
     assert len({u for u in uris if "/libnvidia-container/" in u}) == 1
 

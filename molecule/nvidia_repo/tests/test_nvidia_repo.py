@@ -1,9 +1,6 @@
 """State nvidia_repo leaves on a host that older NVIDIA setups had configured."""
 
-import itertools
 import os
-
-import pytest
 
 SOURCE = "/etc/apt/sources.list.d/nvidia-cuda.sources"
 KEYRING = "/etc/apt/keyrings/nvidia-cuda.asc"
@@ -26,23 +23,6 @@ def deb822(text):
     return fields
 
 
-def fingerprints(host, path):
-    out = host.run_expect(
-        [0], f"gpg --homedir /tmp/verify-gnupg --batch --with-colons --show-keys {path}"
-    ).stdout
-    lines = out.splitlines()
-    return [
-        b.split(":")[9]
-        for a, b in itertools.pairwise(lines)
-        if a.startswith("pub:") and b.startswith("fpr:")
-    ]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def gnupg_home(host):
-    host.run_expect([0], "install -d -m 0700 /tmp/verify-gnupg")
-
-
 def test_source_is_one_deb822_entry_signed_by_the_keyring(host):
     source = host.file(SOURCE)
     assert source.is_file
@@ -55,7 +35,7 @@ def test_source_is_one_deb822_entry_signed_by_the_keyring(host):
     assert fields["Signed-By"] == KEYRING
 
 
-def test_keyring_holds_exactly_the_expected_key(host):
+def test_keyring_holds_exactly_the_expected_key(host, fingerprints):
     keyring = host.file(KEYRING)
     assert keyring.is_file
     assert keyring.user == "root"
@@ -63,14 +43,8 @@ def test_keyring_holds_exactly_the_expected_key(host):
     assert fingerprints(host, KEYRING) == [os.environ["STANDIN_KEY_FPR"]]
 
 
-def test_apt_uses_the_repository_without_errors(host):
-    update = host.run_expect([0], "apt-get update")
-    problems = [
-        line
-        for line in (update.stdout + update.stderr).splitlines()
-        if line.startswith(("W:", "E:", "Err:"))
-    ]
-    assert problems == []
+def test_apt_uses_the_repository_without_errors(host, apt_problems):
+    assert apt_problems(host) == []
     # apt only lists packages from a repository whose signature it verified.
     policy = host.run_expect([0], "apt-cache policy cuda-drivers-535").stdout
     # Flat repositories are listed without the trailing slash: "500 <url-without-/>  Packages".
@@ -102,7 +76,7 @@ def test_older_definitions_removed(host):
     assert "bookworm main" in main_list
 
 
-def test_legacy_key_removed_and_unrelated_key_kept(host):
+def test_legacy_key_removed_and_unrelated_key_kept(host, fingerprints):
     legacy = host.file("/root/legacy-key.fpr").content_string.strip()
     unrelated = host.file("/root/unrelated-key.fpr").content_string.strip()
     assert fingerprints(host, "/etc/apt/trusted.gpg") == [unrelated]
