@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 
 from bench.rank import wire
-from bench.rank.engines import DdpEngine
+from bench.rank.engines import DdpEngine, exit_rank
 from bench.spec import ProbeSpec
 
 WARMUP = 3
@@ -56,4 +56,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    exit_rank(main())

@@ -322,6 +322,7 @@ def main(argv: list[str] | None = None) -> int:
         runtime=runtime(),
     )
     send_report(spec, engine, info, training.gradient_bytes, timed_steps, report)
+    del training  # its loader's worker processes stop here, before exit_rank
     engine.shutdown()
     return 0
 
@@ -347,4 +348,4 @@ def send_report(
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    engines.exit_rank(main())

@@ -116,3 +116,4 @@ def main(launcher: str, layout: str, mode: str) -> None:
 
 if __name__ == "__main__":
     main(*sys.argv[1:4])
+    engines.exit_rank(0)  # as bench.rank.worker ends

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import textwrap
 import time
@@ -146,3 +147,14 @@ def test_fp32_means_ieee_unless_tf32_is_asked_for() -> None:
     worker.configure_fp32_math("fp32")
     assert torch.backends.cudnn.conv.fp32_precision == "ieee"
     assert torch.backends.cuda.matmul.fp32_precision == "ieee"
+
+
+def test_exit_rank_flushes_what_the_rank_printed_and_keeps_the_code() -> None:
+    # A rank leaves with os._exit (no interpreter finalization, see engines.exit_rank): its
+    # buffered output (the report on stdout, warnings on stderr) must still arrive.
+    code = (
+        "import sys; from bench.rank.engines import exit_rank; "
+        "print('report', end=''); print('warned', end='', file=sys.stderr); exit_rank(3)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stdout, done.stderr) == (3, "report", "warned")

@@ -9,6 +9,7 @@ import json
 import os
 import re
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +17,8 @@ VENV = "/opt/venvs/train"
 PY = f"{VENV}/bin/python"
 RUN_ENV = f"env PATH={VENV}/bin:/usr/sbin:/usr/bin:/sbin:/bin OMP_NUM_THREADS=1"
 SYSTEM_NCCL = "/usr/lib/x86_64-linux-gnu/libnccl.so.2"
+PROJECT = Path(__file__).resolve().parents[3]
+BENCH_SRC = f"{VENV}/src/gpustack-bench"  # python_env_bench_dir
 
 
 def py(host, code):
@@ -100,6 +103,24 @@ def test_cupy_for_torchs_cuda_major(host):
 def test_training_packages_import(host):
     out = py(host, "import pandas, pyarrow, matplotlib, pynvml, tqdm, bench; print(bench.__name__)")
     assert out == "bench"
+
+
+def test_shipped_bench_is_the_checkout_without_caches(host):
+    # python_env packs the controller's bench/ (and pyproject.toml, README.md) into one archive,
+    # leaving __pycache__ and *.pyc behind, and unpacks it on the host.
+    want = sorted(
+        str(path.relative_to(PROJECT))
+        for path in (PROJECT / "bench").rglob("*")
+        if path.is_file()
+        and "__pycache__" not in path.parts
+        and path.suffix not in {".pyc", ".pyo"}
+    )
+    got = sorted(host.check_output(f"cd {BENCH_SRC} && find bench -type f").splitlines())
+    assert got == want
+    assert host.file(f"{BENCH_SRC}/pyproject.toml").exists
+    # The stamp names the archive that was installed (a cut-short run redoes the install).
+    archive_sum = host.check_output(f"sha256sum {BENCH_SRC}.tar").split()[0]
+    assert host.file(f"{BENCH_SRC}.installed").content_string.strip() == archive_sum
 
 
 def test_build_record_matches_the_environment(host):
