@@ -322,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
         runtime=runtime(),
     )
     send_report(spec, engine, info, training.gradient_bytes, timed_steps, report)
-    del training  # its loader's worker processes stop here, before exit_rank
+    del training  # release the model and loader (its worker processes) before exit_rank
     engine.shutdown()
     return 0
 
