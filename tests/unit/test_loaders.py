@@ -221,6 +221,18 @@ def test_cpu_loaders_yield_normalised_batches_of_their_shard(
     assert labels.tolist() == expected
 
 
+@pytest.mark.parametrize("loader", ["torch", "nvjpeg"])
+def test_cpu_loaders_reshuffle_every_epoch(loader: str, jpeg_folder: Path) -> None:
+    # 24 images / batch 4 = 6 batches an epoch: the 7th batch starts epoch 1, whose order is the
+    # sampler's epoch-1 order (DistributedSampler.set_epoch), not epoch 0's again
+    _, samples = folder.list_images(jpeg_folder)
+    batches = batches_of(data.loader_function(loader), jpeg_folder, rank=0, world=1, workers=0)
+    seen = [label for _ in range(12) for label in next(batches)[1].tolist()]
+    expected = [[samples[i][1] for i in shard(0, 1, epoch=e, n=len(samples))] for e in (0, 1)]
+    assert expected[0] != expected[1]  # the seed gives two label orders a test can tell apart
+    assert seen == expected[0] + expected[1]
+
+
 def test_nvjpeg_loader_with_workers_runs_epoch_after_epoch(jpeg_folder: Path) -> None:
     batches = batches_of(data.loader_function("nvjpeg"), jpeg_folder, rank=0, world=1, workers=1)
     seen = [next(batches)[1] for _ in range(12)]  # 24 images / batch 4 = 6 per epoch

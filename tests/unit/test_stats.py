@@ -172,3 +172,31 @@ def test_t_interval_respects_a_floor() -> None:
     interval = stats.t_interval([0.7, 2.1], floor=0.0)
     assert interval.low == 0.0 and interval.high == pytest.approx(1.4 + 12.706 * 0.7, abs=1e-2)
     assert stats.t_interval([0.7, 2.1]).low < 0
+
+
+def welch_df(a: list[float], b: list[float]) -> float:
+    """Welch-Satterthwaite degrees of freedom of log-ratio variance parts, written out here."""
+    parts = [np.var(x, ddof=1) / (len(x) * np.mean(x) ** 2) for x in (a, b)]
+    weights = [p**2 / (len(x) - 1) for p, x in zip(parts, (a, b), strict=True)]
+    return float(sum(parts) ** 2 / sum(weights))
+
+
+@pytest.mark.parametrize(
+    ("numerator", "denominator"),
+    [
+        ([190.0, 150.0, 230.0], [100.0, 100.5, 99.5, 100.0, 100.2, 99.8]),  # df near 2
+        ([190.0, 189.0, 191.0, 190.5, 189.5], [100.0, 101.0, 99.0, 100.5, 99.5]),  # df near 8
+    ],
+)
+def test_ratio_interval_uses_welch_satterthwaite_degrees_of_freedom(
+    numerator: list[float], denominator: list[float]
+) -> None:
+    # the half-width on the log scale is t(df) x se: a df that ignores the launches' counts and
+    # variances (a constant) gives another t and another interval in one of these cases
+    num, den = np.asarray(numerator), np.asarray(denominator)
+    se = math.sqrt(sum(np.var(x, ddof=1) / (x.size * x.mean() ** 2) for x in (num, den)))
+    half = stats.t_quantile_real(0.95, welch_df(numerator, denominator)) * se
+    ratio = num.mean() / den.mean()
+    interval = stats.ratio_interval(numerator, denominator)
+    assert math.log(interval.high / ratio) == pytest.approx(half, rel=1e-9)
+    assert math.log(ratio / interval.low) == pytest.approx(half, rel=1e-9)
