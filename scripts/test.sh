@@ -94,7 +94,10 @@ if wants pytest || wants molecule; then
   step infra infra || { print_summary; exit 1; }
   STANDIN_URL=$(tests/infra/serve.sh url)
   export STANDIN_URL
-  export "$(cat .work/standin.env)"
+  set -a
+  # shellcheck disable=SC1091  # written by tests/infra/standin_repo.py
+  . .work/standin.env
+  set +a
 fi
 
 # Scenarios are independent (own containers, names and ephemeral dirs); most of their time is

@@ -8,8 +8,9 @@ roles create (sources, pins, holds, symlinks, which versions apt installed, serv
 never on text that a fixture invented.
 
 Layouts, as on the vendors' servers:
-    <www>/repos/<distro>/x86_64/{*.deb,Packages,Packages.gz,Release,InRelease,Release.gpg,3bf863cc.pub}
-        NVIDIA's CUDA repos (flat, one per distro);
+    <www>/repos/<distro>/x86_64/{*.deb,Packages,Packages.gz,Release,InRelease,Release.gpg,<key>.pub}
+        NVIDIA's CUDA repos (flat, one per distro, each signed with the key its directory has on
+        NVIDIA's server: the manifest's `nvidia_keys`);
     <www>/ubuntu-archive/<distro>/x86_64/{...same flat layout...}
         Canonical's archive, for Ubuntu's own -server driver packages;
     <www>/docker/linux/<debian|ubuntu>/{gpg, dists/<codename>/{Release,InRelease,Release.gpg,
@@ -18,9 +19,12 @@ Layouts, as on the vendors' servers:
     <www>/libnvidia-container/{gpgkey, stable/deb/amd64/{*.deb,Packages,...,InRelease}}
         NVIDIA's container toolkit repository (flat, one for every distro).
 
-The signing key is generated at build time (throwaway, no passphrase) and exported as
-3bf863cc.pub in every NVIDIA repo directory, as Docker's `gpg` and as the toolkit's `gpgkey`; its
-fingerprint is written to <work>/standin.env.
+The signing keys are generated at build time (throwaway, no passphrase), one per key file name
+NVIDIA publishes (3bf863cc.pub, 8793F200.pub, ...), so that a role which assumes one key for every
+distro fails here as it would on NVIDIA's server. The key named first in the manifest also signs the
+Ubuntu archive, Docker's and the toolkit's stand-ins (as Docker's `gpg` and the toolkit's `gpgkey`).
+<work>/standin.env holds STANDIN_KEY_FPR (that first key) and STANDIN_NVIDIA_KEYS (JSON: key file
+name -> fingerprint), in shell syntax.
 
 Usage: standin_repo.py --manifest tests/standin/packages.yml --work .work
 """
@@ -29,6 +33,8 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import json
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -36,7 +42,6 @@ from pathlib import Path
 
 import yaml
 
-DISTROS = ("ubuntu2004", "ubuntu2204", "ubuntu2404", "debian12", "debian13")
 # Docker's suites (<debian|ubuntu>/<codename>) and the suffix its versions carry there.
 DOCKER_SUITES = {
     "debian/bookworm": "debian.12~bookworm",
@@ -127,7 +132,8 @@ def build_deb(pkg: dict, version: str, distro: str, out: Path, vendor: str = "NV
         return deb
 
 
-def make_key(gnupghome: Path) -> str:
+def make_key(gnupghome: Path, name: str) -> str:
+    """A fresh signing key whose user id names the key file it stands in for; its fingerprint."""
     gnupghome.mkdir(mode=0o700, parents=True, exist_ok=True)
     env = {"GNUPGHOME": str(gnupghome), "PATH": "/usr/bin:/bin"}
     run(
@@ -138,7 +144,7 @@ def make_key(gnupghome: Path) -> str:
             "--passphrase",
             "",
             "--quick-gen-key",
-            "gpustack test stand-in repo <standin@invalid>",
+            f"gpustack test stand-in repo key {name} <standin@invalid>",
             "rsa3072",
             "sign",
             "1d",
@@ -146,7 +152,9 @@ def make_key(gnupghome: Path) -> str:
         env=env,
     )
     out = run(
-        ["gpg", "--batch", "--with-colons", "--list-secret-keys"], env=env, capture_output=True
+        ["gpg", "--batch", "--with-colons", "--list-secret-keys", f"key {name} <"],
+        env=env,
+        capture_output=True,
     ).stdout
     return next(line.split(":")[9] for line in out.splitlines() if line.startswith("fpr:"))
 
@@ -193,12 +201,14 @@ def export_key(gnupghome: Path, fpr: str, target: Path) -> None:
     target.write_text(armored)
 
 
-def index_and_sign(repo: Path, gnupghome: Path, fpr: str, label: str) -> None:
-    """A flat repository (NVIDIA's layout): Packages, Release and the key in one directory."""
+def index_and_sign(repo: Path, gnupghome: Path, key: tuple[str, str], label: str) -> None:
+    """A flat repository (NVIDIA's layout): Packages, Release and the key (file name, fingerprint)
+    in one directory."""
+    name, fpr = key
     env = {"GNUPGHOME": str(gnupghome), "PATH": "/usr/bin:/bin:/usr/sbin:/sbin"}
     write_packages(repo, ".", repo, env)
     release_and_sign(repo, gnupghome, fpr, label)
-    export_key(gnupghome, fpr, repo / "3bf863cc.pub")
+    export_key(gnupghome, fpr, repo / name)
 
 
 def build_docker(manifest: list[dict], www: Path, gnupghome: Path, fpr: str) -> int:
@@ -276,32 +286,37 @@ def main() -> None:
     ):
         shutil.rmtree(stale, ignore_errors=True)
     env_file = args.work / "standin.env"
+    key_names = list(dict.fromkeys(manifest["nvidia_keys"].values()))
     if args.new_key or not env_file.exists():
         shutil.rmtree(gnupghome, ignore_errors=True)
-        fpr = make_key(gnupghome)
-    else:  # keep the key of this work dir so molecule runs already in flight stay valid
-        fpr = env_file.read_text().strip().split("=", 1)[1]
+        keys = {name: make_key(gnupghome, name) for name in key_names}
+    else:  # keep the keys of this work dir so molecule runs already in flight stay valid
+        keys = json.loads(shlex.split(env_file.read_text().split("STANDIN_NVIDIA_KEYS=", 1)[1])[0])
+    fpr = keys[key_names[0]]
 
-    repos: dict[Path, str] = {}
+    repos: dict[Path, tuple[str, tuple[str, str]]] = {}
     for section, base, label in (
         ("nvidia", www / "repos", "NVIDIA stand-in"),
         ("ubuntu_archive", www / "ubuntu-archive", "Ubuntu stand-in"),
     ):
         for pkg in manifest.get(section, []):
-            distros = pkg.get("distros", DISTROS)
+            distros = pkg.get("distros", list(manifest["nvidia_keys"]))
             for distro in distros:
                 repo = base / distro / "x86_64"
                 repo.mkdir(parents=True, exist_ok=True)
-                repos[repo] = label
+                name = manifest["nvidia_keys"][distro] if section == "nvidia" else key_names[0]
+                repos[repo] = (label, (name, keys[name]))
                 for version in pkg["versions"]:
                     build_deb(pkg, expand_version(version, distro), distro, repo)
-    for repo, label in repos.items():
-        index_and_sign(repo, gnupghome, fpr, label)
+    for repo, (label, key) in repos.items():
+        index_and_sign(repo, gnupghome, key, label)
     count = len(repos)
     count += build_docker(manifest.get("docker", []), www, gnupghome, fpr)
     count += build_toolkit(manifest.get("nvidia_container_toolkit", []), www, gnupghome, fpr)
-    (args.work / "standin.env").write_text(f"STANDIN_KEY_FPR={fpr}\n")
-    print(f"standin: {count} signed repos under {www}, key {fpr}")
+    env_file.write_text(
+        f"STANDIN_KEY_FPR={fpr}\nSTANDIN_NVIDIA_KEYS={shlex.quote(json.dumps(keys))}\n"
+    )
+    print(f"standin: {count} signed repos under {www}, keys {keys}")
 
 
 if __name__ == "__main__":

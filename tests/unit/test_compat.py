@@ -12,7 +12,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 COMPAT = yaml.safe_load((ROOT / "compat.yml").read_text())
 MANIFEST = yaml.safe_load((ROOT / "tests/standin/packages.yml").read_text())
-STANDIN_DISTROS = ("ubuntu2004", "ubuntu2204", "ubuntu2404", "debian12", "debian13")
+STANDIN_DISTROS = tuple(MANIFEST["nvidia_keys"])
 DISTROS = list(COMPAT["distros"])
 
 
