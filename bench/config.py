@@ -22,6 +22,7 @@ from typing import Any
 from bench.gpu_defaults import GpuDefaults, GpuDescription, gpu_defaults
 from bench.hosts import ClusterConfig, default_rank_counts
 from bench.loaders import loader_errors, resolve_loaders
+from bench.preflight import cluster_problems, conflicts, nccl_tests_problem, out_problem
 from bench.spec import (
     DEFAULT_LAUNCHERS,
     LAUNCHERS,
@@ -248,11 +249,10 @@ def _shown(value: Any) -> str:
     return ",".join(f"{v:g}" for v in value) if isinstance(value, tuple) else f"{value:g}"
 
 
-def check_request(request: Request) -> None:
-    """Raise ConfigError for values no machine could run (cheap: no torch, no detection)."""
-    errors = check_values(request.values)
-    if errors:
-        raise ConfigError("\n".join(f"  - {e}" for e in errors))
+def request_problems(request: Request) -> list[str]:
+    """Values no machine could run and flags that contradict each other, as typed (validate
+    lists them with the machine's problems)."""
+    return check_values(request.values) + conflicts(request.values)
 
 
 # --------------------------------------------------------------------------------------------
@@ -409,8 +409,8 @@ def _capacity_problems(config: BenchConfig, env: Environment) -> list[str]:
             f"node has {limit} {unit}"
         )
     if config.global_batch is not None:
-        for accum in sorted({v.grad_accum for v in config.variants()}):
-            uneven = [n for n in config.gpu_counts if config.global_batch % (n * accum)]
+        for accum in sorted({v.grad_accum for v in config.variants()} - {0}):
+            uneven = [n for n in config.gpu_counts if n and config.global_batch % (n * accum)]
             if uneven:
                 over = f"{uneven} GPUs" + (f" x {accum} micro-batches" if accum > 1 else "")
                 errors.append(
@@ -446,9 +446,26 @@ def _feature_problems(config: BenchConfig, env: Environment, models: Sequence[st
     return errors
 
 
-def validate(config: BenchConfig, env: Environment, models: Sequence[str]) -> None:
-    """Raise ConfigError listing every impossible request in `config` on this machine."""
+def problems(config: BenchConfig, env: Environment, models: Sequence[str]) -> list[str]:
+    """Every impossible request in `config` on this machine: values, paths, ports and tools
+    (bench.preflight), capacity, features."""
     errors = check_values(config_values(config))
-    errors += _capacity_problems(config, env) + _feature_problems(config, env, models)
+    errors += [
+        e for e in (out_problem(config.out_root), nccl_tests_problem(config.nccl_tests)) if e
+    ]
+    errors += cluster_problems(config.cluster)
+    return errors + _capacity_problems(config, env) + _feature_problems(config, env, models)
+
+
+def refuse(errors: Sequence[str]) -> None:
+    """Raise ConfigError listing `errors` once each, in order (nothing when there are none)."""
     if errors:
-        raise ConfigError("\n".join(f"  - {e}" for e in errors))
+        raise ConfigError("\n".join(f"  - {e}" for e in dict.fromkeys(errors)))
+
+
+def validate(
+    config: BenchConfig, env: Environment, models: Sequence[str], earlier: Sequence[str] = ()
+) -> None:
+    """Raise ConfigError listing `earlier` problems and every impossible request in `config`
+    on this machine, in one message."""
+    refuse([*earlier, *problems(config, env, models)])

@@ -1,7 +1,8 @@
 """`python -m bench.scaling`: sweep GPU counts x launchers, store every run, write the report.
 
-The command line only: parse and check the request (nothing heavy is imported before a bad
-value is refused), then hand it to the stages in bench.stages. Exit status: see EXIT_CODES.
+The command line only: parse the request, open a --resume sweep (refused, or locked, before
+torch is imported), then hand it to the stages in bench.stages, which list every problem of the
+request and the machine at once. Exit status: see EXIT_CODES.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from bench.config import ConfigError, Request, check_request
+from bench.config import ConfigError, Request
 from bench.options import EXIT_CODES, parse_request
 from bench.spec import NO_CONTAINER
 
@@ -30,13 +31,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         request = parse_request(args)
-        check_request(request)
-        from bench import stages  # torch, pandas, matplotlib: only for a request that can run
+        saved = None
+        if request.resume is not None:  # refused, or locked, before torch loads
+            from bench.resume import open_saved
+
+            saved = open_saved(request, args)
+        from bench import stages  # torch, pandas, matplotlib
         from bench.machine import local_environment
 
-        sweep = stages.prepare(
-            request, args, local_environment(check_horovod=wants_horovod_check(request))
-        )
+        environment = local_environment(check_horovod=wants_horovod_check(request))
+        sweep = stages.prepare(request, args, environment, saved)
     except ConfigError as exc:
         print(f"bench: cannot run this sweep:\n{exc}", file=sys.stderr)
         return 2

@@ -15,6 +15,7 @@ import dataclasses
 import math
 import types
 import typing
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, TypeVar
@@ -191,12 +192,14 @@ def _cell(value: Any, kind: type) -> Any:
     return kind(value)
 
 
-def from_frame(frame: pd.DataFrame, cls: type[Row]) -> list[Row]:
+def from_records(records: Iterable[Mapping[str, Any]], cls: type[Row]) -> list[Row]:
+    """Rows from dicts by column name (sweep.json's records, a frame's rows)."""
     kinds = column_types(cls)
-    rows = []
-    for record in frame.to_dict(orient="records"):
-        rows.append(cls(**{name: _cell(record.get(name), kind) for name, kind in kinds.items()}))
-    return rows
+    return [cls(**{n: _cell(r.get(n), kind) for n, kind in kinds.items()}) for r in records]
+
+
+def from_frame(frame: pd.DataFrame, cls: type[Row]) -> list[Row]:
+    return from_records(frame.to_dict(orient="records"), cls)
 
 
 def to_table(rows: list[Row], cls: type[Row]) -> pa.Table:

@@ -224,7 +224,7 @@ class Workload:
         words="auto: cuda when a GPU is visible, else cpu",
     )  # fmt: skip
     seed: int = knob("--seed", "seed of the model's initial weights and the synthetic data",
-                     parse=int, default=0, row=False)  # fmt: skip
+                     parse=int, default=0, at_least=0, row=False)  # fmt: skip
     # A default so specs and sweep.json files written before the knob existed still load.
     timed_seconds: float = field(default=0.0, metadata={"knob": Knob(
         "--timed-seconds", "length of the timed window: warm-up runs until the median step time "

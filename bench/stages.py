@@ -31,9 +31,11 @@ from bench.config import (
     Request,
     chosen_defaults,
     horovod_problem,
+    problems,
+    refuse,
+    request_problems,
     resolve,
     runs_on_host,
-    validate,
 )
 from bench.containers import CheckedImage, check_containers, launcher_containers, pin_images
 from bench.hosts import ClusterConfig
@@ -41,12 +43,13 @@ from bench.launchers import ExecResult, Launcher, RemoteError
 from bench.launchers.local import LocalLauncher
 from bench.launchers.slurm import SlurmLauncher
 from bench.launchers.ssh import SshLauncher
-from bench.options import explicit_options
 from bench.plan import local_placement, plan_probes, plan_sweep, why_not_runnable
 from bench.rank import models
 from bench.results import ResultStore
+from bench.resume import Saved, open_saved
 from bench.schema import ProbeRow, Status
 from bench.spec import HostSlots, ProbeSpec, RunSpec
+from bench.sweep_lock import SweepLock, acquire
 from bench.sysinfo import collect_system_info
 
 
@@ -63,6 +66,7 @@ class Sweep:
     containers: dict[str, CheckedImage] = field(default_factory=dict)  # --container images
     # What runs each launch: this machine, the --hosts nodes over ssh, or Slurm jobs.
     launcher: Launcher = field(default_factory=LocalLauncher)
+    lock: SweepLock | None = None  # held from the directory's creation (or --resume) to the end
 
 
 def unavailable_launchers(config: BenchConfig, env: Environment) -> dict[str, str]:
@@ -99,26 +103,6 @@ def connect(cluster: ClusterConfig | None) -> SshLauncher | None:
     except RemoteError as exc:
         raise ConfigError("  - " + str(exc).replace("\n", "\n    ")) from None
     return nodes
-
-
-def saved_sweep(request: Request, argv: Sequence[str]) -> Sweep | None:
-    """--resume: the saved configuration and its store; None for a fresh sweep."""
-    if request.resume is None:
-        return None
-    others = [o for o in explicit_options(argv) if o not in ("--resume", "--no-progress")]
-    if others:
-        raise ConfigError(f"  - --resume reuses the saved configuration; drop {', '.join(others)}")
-    store = ResultStore(request.resume)
-    if not store.sweep_json.exists():
-        raise ConfigError(f"  - --resume: {store.sweep_json} does not exist")
-    meta = store.read_meta()
-    if "workload" not in meta.get("config", {}):
-        raise ConfigError(
-            f"  - --resume: {store.sweep_json} was written before the knobs were declared "
-            "once (no 'workload' in its config); start a new sweep"
-        )
-    meta.setdefault("resumed_at", []).append(rows.now_iso())
-    return Sweep(BenchConfig.from_dict(meta["config"]), store, meta)
 
 
 def fresh_sweep(request: Request, env: Environment) -> Sweep:
@@ -170,16 +154,39 @@ def plan(sweep: Sweep, env: Environment) -> None:
     meta["planned_runs"] = [s.run_id for s in sweep.runs]
 
 
-def prepare(request: Request, argv: Sequence[str], env: Environment) -> Sweep:
-    """Resume or start fresh, connect to the nodes, validate and plan. Nothing runs yet."""
-    saved = saved_sweep(request, argv)
+def prepare(request: Request, argv: Sequence[str], env: Environment,
+            saved: Saved | None = None) -> Sweep:  # fmt: skip
+    """Resume or start fresh, connect to the nodes, validate and plan. Nothing runs yet.
+
+    saved: the --resume sweep already opened (bench.resume, before torch was imported); opened
+    here otherwise. Every problem, of the request or of the machine, is in one ConfigError.
+    """
+    saved = saved or open_saved(request, argv)
+    try:
+        return _prepare(request, env, saved)
+    except BaseException:
+        if saved is not None:
+            saved.lock.release()
+        raise
+
+
+def _prepare(request: Request, env: Environment, saved: Saved | None) -> Sweep:
     nodes = connect(saved.config.cluster if saved else request.cluster)
     if nodes is not None:
         env = nodes.environment(env)  # what the nodes have decides, not this machine
-    sweep = saved or fresh_sweep(request, env)
-    validate(sweep.config, env, models.available_models())
+    if saved is not None:
+        sweep = Sweep(saved.config, saved.store, saved.meta, lock=saved.lock)
+    else:
+        sweep = fresh_sweep(request, env)
+    earlier = request_problems(request) if saved is None else []
+    errors = [*earlier, *problems(sweep.config, env, models.available_models())]
+    if not errors:  # the images are checked only for a sweep that is otherwise possible
+        try:
+            sweep.containers = check_containers(sweep.config, env)
+        except ConfigError as exc:
+            errors.append(str(exc).removeprefix("  - "))
+    refuse(errors)
     sweep.unavailable = unavailable_launchers(sweep.config, env)
-    sweep.containers = check_containers(sweep.config, env)
     sweep.launcher = choose_launcher(sweep, nodes)
     plan(sweep, env)
     return sweep
@@ -305,11 +312,12 @@ def execute_sweep(sweep: Sweep, progress: bool = True, launcher: Launcher | None
     """
     store = sweep.store
     launcher = launcher or sweep.launcher
-    resumed = store.sweep_json.exists()
+    resumed = sweep.lock is not None
     if resumed:
         store.drop_retried()
     else:
         store.create(sweep.meta)
+        sweep.lock = acquire(store.directory)
     done_runs, done_probes = store.finished_run_ids(), store.finished_probe_ids()
     runs = [s for s in sweep.runs if s.run_id not in done_runs]
     probes = [p for p in sweep.probes if p.probe_id not in done_probes]
@@ -330,6 +338,8 @@ def execute_sweep(sweep: Sweep, progress: bool = True, launcher: Launcher | None
         signal.signal(signal.SIGTERM, previous_handler)
         clock.save(state)
         print(f"bench: report {report.write_report(store.directory)}", file=sys.stderr)
+        if sweep.lock is not None:
+            sweep.lock.release()
     return state
 
 

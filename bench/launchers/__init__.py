@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from bench.rank.lifeline import DIE_WITH_PARENT_VAR
 from bench.spec import LAUNCHERS, SYNTHETIC, Placement, ProbeSpec, RunSpec
 
 WORKER_MODULE = "bench.rank.worker"
@@ -32,6 +33,9 @@ REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 # forwards its environment to remote ranks, the Slurm job script exports it): stopping a launch
 # finds its processes on each node by that exact value, and nothing else.
 RUN_TAG_VAR = "GPUSTACK_BENCH_RUN"
+# Every local process of a launch also carries SWEEP_TAG_VAR=<sweep id>: a resumed sweep finds
+# and stops what an earlier controller of the same sweep left running.
+SWEEP_TAG_VAR = "GPUSTACK_BENCH_SWEEP"
 # Variables of the sweep's own environment that reach every rank wherever it runs (another node,
 # a container), as they reach local ranks: the collective libraries' settings, the bench's own.
 FORWARDED_PREFIXES = ("NCCL_", "GLOO_", "HOROVOD_", "TORCH_NCCL_", "TORCH_DISTRIBUTED_", "UCX_",
@@ -70,6 +74,7 @@ class Launch:
     device: str
     image: str = ""  # --container: the pinned image every rank runs in; "" on the host
     data: str = ""  # a --data directory the ranks read ("" for synthetic data)
+    sweep_id: str = ""  # the sweep it belongs to (SWEEP_TAG_VAR)
 
     @property
     def nodes(self) -> int:
@@ -88,13 +93,13 @@ def launch_of(spec: RunSpec | ProbeSpec) -> Launch:
     args = ("--spec", spec.encode())
     if isinstance(spec, ProbeSpec):
         return Launch(spec.probe_id, "ddp", PROBE_MODULE, args, spec.placement,
-                      spec.threads_per_rank, spec.device)  # fmt: skip
+                      spec.threads_per_rank, spec.device, sweep_id=spec.sweep_id)  # fmt: skip
     if spec.launcher not in LAUNCHERS:
         raise ValueError(f"unknown launcher {spec.launcher!r}")
     data = spec.workload.data if spec.workload.data != SYNTHETIC else ""
     return Launch(spec.run_id, spec.launcher, WORKER_MODULE, args, spec.placement,
                   spec.threads_per_rank, spec.workload.device, spec.container_digest,
-                  data)  # fmt: skip
+                  data, spec.sweep_id)  # fmt: skip
 
 
 class Launcher(Protocol):
@@ -112,6 +117,7 @@ def rank_environment(threads: int, device: str) -> dict[str, str]:
     a user's own NCCL_DEBUG wins.
     """
     env = {
+        DIE_WITH_PARENT_VAR: "1",  # each rank dies with its launcher (bench.rank.lifeline)
         "OMP_NUM_THREADS": str(threads),
         "MKL_NUM_THREADS": str(threads),
         "PYTHONUNBUFFERED": "1",

@@ -8,7 +8,14 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from bench.launchers import REPO_ROOT, ExecResult, Launch, launch_of, rank_environment
+from bench.launchers import (
+    REPO_ROOT,
+    SWEEP_TAG_VAR,
+    ExecResult,
+    Launch,
+    launch_of,
+    rank_environment,
+)
 from bench.launchers.argv import (
     NodeCommand,
     Tools,
@@ -20,6 +27,7 @@ from bench.launchers.argv import (
 )
 from bench.launchers.docker import Containers, container_name
 from bench.launchers.stop import STOP, StopPolicy, stop_container, stop_tree
+from bench.rank.lifeline import die_with_parent
 from bench.spec import LOCAL_HOST, ProbeSpec, RunSpec, format_hosts
 
 
@@ -36,7 +44,8 @@ def execute(
 
     On KeyboardInterrupt the tree is stopped too and the interrupt propagates, so the caller can
     record the run as interrupted. The child runs in its own session: a terminal's Ctrl-C reaches
-    only the sweep, which decides what to stop.
+    only the sweep, which decides what to stop. It dies with this process (PR_SET_PDEATHSIG),
+    and so do its ranks (bench.rank.lifeline): a controller killed with SIGKILL leaves none.
     """
 
     def stop() -> None:
@@ -57,6 +66,7 @@ def execute(
             stdin=subprocess.DEVNULL,
             env={**os.environ, **env},
             start_new_session=True,
+            preexec_fn=die_with_parent,  # killed with the controller, even by SIGKILL
         )
         try:
             proc.wait(timeout=timeout_s)
@@ -92,6 +102,8 @@ class LocalLauncher:
                 f"got {format_hosts(launch.placement)}"
             )
         env = rank_environment(launch.threads_per_rank, launch.device)
+        if launch.sweep_id:
+            env[SWEEP_TAG_VAR] = launch.sweep_id
         tools = self.containers.tools(launch.image) if launch.image else self.tools
         if launch.launcher == "dp":
             argv = dataparallel_argv(tools.python, module=launch.module, args=launch.args)

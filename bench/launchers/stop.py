@@ -10,6 +10,8 @@ a grace period for them to exit, then SIGKILL for whatever is left.
 - `stop_slurm_job`: the same steps through scancel for every step of a job.
 - `stop_container`: the same steps through docker for a launch's container (--container):
   stopping the docker CLI alone would leave the container and its ranks running.
+- `stop_tagged`: the same steps for every local process whose environment has a tag, such as
+  what an earlier controller of a resumed sweep left running.
 """
 
 from __future__ import annotations
@@ -82,6 +84,47 @@ def stop_tree(proc: subprocess.Popen, policy: StopPolicy = STOP) -> None:
     deadline = time.monotonic() + policy.grace_s
     while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() for p in survivors):
         time.sleep(0.05)
+
+
+def tagged_processes(tag_var: str, tag: str) -> list[int]:
+    """Local processes (but this one) whose environment has tag_var=tag exactly."""
+    entry = f"{tag_var}={tag}".encode()
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            environ = (proc / "environ").read_bytes()
+        except OSError:
+            continue
+        if entry in environ.split(b"\0"):
+            found.append(int(proc.name))
+    return found
+
+
+def stop_tagged(tag_var: str, tag: str, policy: StopPolicy = STOP) -> list[int]:
+    """Stop every local process tagged tag_var=tag: the first signal, up to the grace period,
+    the last signal. Returns the pids it found."""
+    pids = tagged_processes(tag_var, tag)
+    _signal_all(pids, policy.first)
+    deadline = time.monotonic() + policy.grace_s
+    while time.monotonic() < deadline and _alive(pids):
+        time.sleep(0.05)
+    _signal_all(_alive(pids), policy.last)
+    return pids
+
+
+def _alive(pids: Sequence[int]) -> list[int]:
+    """The pids still running (a zombie has exited: its stat state is Z)."""
+    alive = []
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            alive.append(pid)
+    return alive
 
 
 def stop_script(tag_var: str, tag: str, policy: StopPolicy = STOP, container: str = "") -> str:

@@ -3,3 +3,7 @@
 These modules import only each other and `bench.spec` (never the controller: config, plan,
 launchers, report), so a rank process loads no more than it runs.
 """
+
+from bench.rank.lifeline import arm_from_environment
+
+arm_from_environment()  # first thing in a rank: it dies with its launcher (see lifeline)

@@ -25,7 +25,7 @@ from bench.report.tables import (
     system_section,
     telemetry_section,
 )
-from bench.results import ResultStore
+from bench.results import ResultStore, atomic_write_bytes
 from bench.schema import ProbeRow, RunRow
 from bench.spec import SYNTHETIC
 
@@ -167,5 +167,5 @@ def write_report(directory: Path) -> Path:
     plot_throughput(points, directory / "throughput.png")
     plot_efficiency(points, directory / "efficiency.png")
     path = directory / "report.md"
-    path.write_text(markdown(meta, runs, probes, store.profiles(), directory))
+    atomic_write_bytes(path, markdown(meta, runs, probes, store.profiles(), directory).encode())
     return path

@@ -81,15 +81,9 @@ def test_an_argparse_error_leads_with_the_problem() -> None:
     assert len(lines) <= 3 and "usage:" not in done.stderr
 
 
-@pytest.mark.parametrize(
-    ("argv", "expected"),
-    [
-        (["--steps", "0"], "--steps must be >= 1"),
-        (["--repeats", "0", "--timeout", "-1"], "--timeout must be > 0"),
-        (["--hosts", "bad host:2"], "'bad host:2'"),
-    ],
-)
-def test_a_bad_value_is_refused_before_torch_is_imported(argv: list[str], expected: str) -> None:
+def heavy_modules_after(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    """scaling.main(argv) in a fresh interpreter; prints its status and which heavy modules
+    it imported."""
     code = (
         "import sys\nfrom bench import scaling\n"
         f"status = scaling.main({argv!r})\n"
@@ -97,10 +91,40 @@ def test_a_bad_value_is_refused_before_torch_is_imported(argv: list[str], expect
         "heavy = sorted(m for m in heavy if m in sys.modules)\n"
         "print(status, heavy)\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
-                          text=True, timeout=60)  # fmt: skip
+    return subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--hosts", "bad host:2"], "'bad host:2'"),
+        (["--gpus", "1", "--hosts", "n1:2"], "--gpus counts ranks on this machine"),
+    ],
+)
+def test_a_malformed_request_is_refused_before_torch_is_imported(
+    argv: list[str], expected: str
+) -> None:
+    done = heavy_modules_after(argv)
     assert done.stdout.strip() == "2 []", done.stdout + done.stderr
     assert expected in done.stderr
+
+
+def test_every_problem_is_listed_in_one_pass(tmp_path: Path) -> None:
+    # a value out of range, a conflict, an unusable --out and a machine-dependent problem
+    # (more ranks than the CPU has cores) in one refusal, not one wave after another
+    (tmp_path / "file").write_text("")
+    argv = ["--steps", "0", "--gpus", "4096", "--out", str(tmp_path / "file" / "results"),
+            "--global-batch", "64", "--batch-size", "8", "--model", "resnet5O"]  # fmt: skip
+    done = heavy_modules_after(argv)
+    assert done.stdout.startswith("2 "), done.stdout + done.stderr
+    problems = [line for line in done.stderr.splitlines() if line.startswith("  - ")]
+    expected = ["--steps must be >= 1", "--global-batch with --batch-size",
+                f"lies under {tmp_path / 'file'}, which is a plain file",
+                "--gpus: 4096 requested", "--model: unknown"]  # fmt: skip
+    for text in expected:
+        assert sum(text in p for p in problems) == 1, (text, done.stderr)
+    assert "Traceback" not in done.stderr
 
 
 def test_bad_host_entry_is_named_not_split() -> None:

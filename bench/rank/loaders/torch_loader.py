@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from bench.rank.lifeline import die_with_parent
 from bench.rank.loaders.augment import normalize_
 from bench.rank.models import import_submodule
 
@@ -34,6 +35,7 @@ def distributed_sampler(
 
 
 def _one_thread_per_worker(_: int) -> None:
+    die_with_parent()  # a worker outlives no killed rank
     torch.set_num_threads(1)
 
 

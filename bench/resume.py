@@ -1,0 +1,109 @@
+"""--resume DIR: the saved sweep opened before anything heavy (torch) is imported, so a resume
+that cannot go on is refused at once.
+
+In order: no other option beside --resume (the saved configuration is reused); the sweep's lock
+(bench.sweep_lock: a second controller is refused with the first one's identity); the results
+read back, every damaged or missing file rebuilt from what survives (bench.results); then what
+an earlier controller of this sweep left running on this machine is stopped (bench.launchers.stop,
+by the sweep's tag). Failures are ConfigError (exit status 2), each saying how to recover.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from bench.config import BenchConfig, ConfigError, Request
+from bench.launchers import SWEEP_TAG_VAR
+from bench.launchers.stop import STOP, StopPolicy, stop_tagged
+from bench.options import explicit_options
+from bench.results import ResultStore, StoreError
+from bench.sweep_lock import LockHeld, SweepLock, acquire
+
+
+@dataclass
+class Saved:
+    """A sweep to continue: its configuration, its store, its metadata and the lock held."""
+
+    config: BenchConfig
+    store: ResultStore
+    meta: dict[str, Any]
+    lock: SweepLock
+
+
+def say(directory: Path, line: str) -> None:
+    print(f"bench: {directory}: {line}", file=sys.stderr)
+
+
+def _refused(problem: str) -> ConfigError:
+    return ConfigError(f"  - --resume: {problem}")
+
+
+def read_saved(store: ResultStore) -> tuple[BenchConfig, dict[str, Any]]:
+    """The saved configuration and metadata; ConfigError when they cannot be used."""
+    try:
+        for line in store.load():
+            say(store.directory, line)
+    except StoreError as exc:
+        raise _refused(str(exc)) from None
+    except OSError as exc:
+        raise _refused(
+            f"cannot rewrite {exc.filename or store.directory}: {exc.strerror}"
+        ) from None
+    meta = store.read_meta()
+    if "workload" not in meta.get("config", {}):
+        raise _refused(
+            f"{store.sweep_json} was written before the knobs were declared once (no "
+            "'workload' in its config); start a new sweep"
+        )
+    try:
+        return BenchConfig.from_dict(meta["config"]), meta
+    except (TypeError, ValueError, KeyError) as exc:
+        raise _refused(f"{store.sweep_json}: its configuration does not load ({exc})") from None
+
+
+def stop_leftovers(directory: Path, sweep_id: str, policy: StopPolicy = STOP) -> list[int]:
+    """Stop every local process of this sweep still running (started by an earlier
+    controller that was killed); returns their pids."""
+    pids = stop_tagged(SWEEP_TAG_VAR, sweep_id, policy) if sweep_id else []
+    if pids:
+        listed = " ".join(map(str, pids))
+        say(directory, f"stopped {len(pids)} process(es) an earlier controller left: {listed}")
+    return pids
+
+
+def open_saved(request: Request, argv: Sequence[str], policy: StopPolicy = STOP) -> Saved | None:
+    """--resume: the saved sweep, locked, read back and cleared of leftovers; None for a
+    fresh sweep."""
+    if request.resume is None:
+        return None
+    others = [o for o in explicit_options(argv) if o not in ("--resume", "--no-progress")]
+    if others:
+        raise _refused(f"it reuses the saved configuration; drop {', '.join(others)}")
+    directory = request.resume
+    if not directory.is_dir():
+        raise _refused(f"{directory} is not a directory")
+    notes: list[str] = []
+    try:
+        lock = acquire(directory, notes)
+    except LockHeld as exc:
+        raise _refused(str(exc)) from None
+    except OSError as exc:
+        raise _refused(f"cannot take the lock in {directory}: {exc.strerror}") from None
+    for line in notes:
+        say(directory, line)
+    try:
+        store = ResultStore(directory)
+        config, meta = read_saved(store)
+        stop_leftovers(directory, str(meta.get("sweep_id", "")), policy)
+    except BaseException:
+        lock.release()
+        raise
+    meta.setdefault("resumed_at", []).append(
+        datetime.now(timezone.utc).isoformat(timespec="seconds")
+    )
+    return Saved(config, store, meta, lock)

@@ -1,0 +1,158 @@
+"""The results store (issue 25): sweep.json is the source of truth, the views are rebuilt from
+it, a damaged or missing file is named and rebuilt from what survives, a finished row is never
+replaced by accident, and the controller's lock."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from bench_builders import run_row, with_status
+
+from bench import sweep_lock
+from bench.report.__main__ import main as report_main
+from bench.results import ResultStore, StoreError
+from bench.salvage import read_csv
+from bench.schema import RunRow
+
+META = {"sweep_id": "s1", "config": {"device": "cpu"}, "state": "running"}
+
+
+def sweep_with_rows(directory: Path) -> list[RunRow]:
+    store = ResultStore(directory)
+    store.create(META)
+    rows = [run_row(run_id="a"), with_status(run_row(run_id="b"), "failed", "RuntimeError: x\ny"),
+            with_status(run_row(run_id="c"), "interrupted")]  # fmt: skip
+    for row in rows:
+        store.runs.append(row)
+    return rows
+
+
+def truncate(path: Path, keep: float = 0.5) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: int(len(data) * keep)])
+
+
+def reopened(directory: Path) -> tuple[ResultStore, list[str]]:
+    store = ResultStore(directory)
+    return store, store.load()
+
+
+def test_every_file_is_written_from_the_same_rows(tmp_path: Path) -> None:
+    rows = sweep_with_rows(tmp_path)
+    document = json.loads((tmp_path / "sweep.json").read_text())
+    assert [r["run_id"] for r in document["runs"]] == ["a", "b", "c"]
+    assert pd.read_parquet(tmp_path / "runs.parquet")["run_id"].tolist() == ["a", "b", "c"]
+    assert read_csv(tmp_path / "runs.csv", RunRow).content == rows
+    assert not list(tmp_path.glob(".*.tmp"))  # written under a temporary name, then renamed
+
+
+@pytest.mark.parametrize("damage", ["delete", "truncate"])
+@pytest.mark.parametrize("name", ["runs.parquet", "runs.csv", "sweep.json"])
+def test_a_damaged_or_missing_file_is_named_and_rebuilt(
+    tmp_path: Path, name: str, damage: str
+) -> None:
+    rows = sweep_with_rows(tmp_path)
+    before = json.loads((tmp_path / "sweep.json").read_text())
+    truncate(tmp_path / name) if damage == "truncate" else (tmp_path / name).unlink()
+    store, notes = reopened(tmp_path)
+    assert len(notes) == 1 and notes[0].startswith(f"{name} was ")
+    assert ("missing" if damage == "delete" else "damaged (") in notes[0]
+    assert store.runs.rows() == rows and store.read_meta()["config"] == META["config"]
+    assert json.loads((tmp_path / "sweep.json").read_text()) == before  # rebuilt as it was
+    assert reopened(tmp_path)[0].runs.rows() == rows
+    assert reopened(tmp_path)[1] == []  # sound again
+    assert (tmp_path / f"{name}.damaged").exists() == (damage == "truncate")
+
+
+def test_sweep_json_and_the_parquet_views_lost_together_cannot_be_rebuilt(tmp_path: Path) -> None:
+    sweep_with_rows(tmp_path)
+    truncate(tmp_path / "sweep.json")
+    for name in ("runs.parquet", "probes.parquet"):
+        (tmp_path / name).unlink()
+    with pytest.raises(StoreError, match=r"sweep.json is damaged .* restore sweep.json"):
+        ResultStore(tmp_path).load()
+
+
+def test_a_finished_row_only_a_view_holds_is_kept(tmp_path: Path) -> None:
+    # sweep.json restored from an older copy: the views hold a run it lacks
+    rows = sweep_with_rows(tmp_path)
+    older = json.loads((tmp_path / "sweep.json").read_text())
+    older["runs"] = older["runs"][1:]
+    (tmp_path / "sweep.json").write_text(json.dumps(older))
+    store, notes = reopened(tmp_path)
+    assert notes == ["runs.parquet held 1 finished row(s) the others lack (a): kept"]
+    assert sorted(r.run_id for r in store.runs.rows()) == sorted(r.run_id for r in rows)
+
+
+def test_a_finished_row_is_not_replaced_without_the_flag(tmp_path: Path) -> None:
+    sweep_with_rows(tmp_path)
+    store = ResultStore(tmp_path)
+    with pytest.raises(StoreError, match="a is already recorded as ok"):
+        store.runs.append(run_row(run_id="a", throughput=1.0))
+    store.runs.append(run_row(run_id="c"))  # an interrupted run is measured again
+    store.runs.append(run_row(run_id="a", throughput=1.0), overwrite=True)
+    assert {r.run_id: r.throughput for r in store.runs.rows()}["a"] == 1.0
+
+
+def test_report_rebuilds_the_views_and_names_the_damage(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sweep_with_rows(tmp_path)
+    truncate(tmp_path / "runs.parquet")
+    (tmp_path / "runs.csv").unlink()
+    assert report_main([str(tmp_path)]) == 0
+    err = capsys.readouterr().err
+    assert "runs.parquet was damaged" in err and "runs.csv was missing" in err
+    assert pd.read_csv(tmp_path / "runs.csv")["run_id"].tolist() == ["a", "b", "c"]
+    (tmp_path / "runs.parquet").unlink()
+    truncate(tmp_path / "sweep.json")
+    (tmp_path / "probes.parquet").unlink()
+    assert report_main([str(tmp_path)]) == 2  # nothing holds the configuration any more
+    assert "restore sweep.json from a copy" in capsys.readouterr().err
+
+
+# --- the controller's lock ----------------------------------------------------------------------
+
+
+def test_a_live_controller_s_lock_refuses_a_second_one(tmp_path: Path) -> None:
+    first = sweep_lock.acquire(tmp_path)
+    with pytest.raises(sweep_lock.LockHeld, match=f"pid {os.getpid()} on ") as refused:
+        sweep_lock.acquire(tmp_path)
+    assert "Wait for it to end" in str(refused.value)
+    first.release()
+    assert not (tmp_path / sweep_lock.LOCK_NAME).exists()
+    sweep_lock.acquire(tmp_path).release()
+
+
+def test_a_dead_controller_s_lock_is_taken_over(tmp_path: Path) -> None:
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    holder = sweep_lock.this_controller()
+    stale = sweep_lock.Holder(int(gone.stdout), holder.host, "2026-11-24T00:00:00+00:00",
+                              12345, "python -m bench.scaling")  # fmt: skip
+    (tmp_path / sweep_lock.LOCK_NAME).write_text(json.dumps(stale.__dict__))
+    notes: list[str] = []
+    lock = sweep_lock.acquire(tmp_path, notes)
+    assert lock.holder.pid == os.getpid()
+    assert notes == [f"took over the stale lock of {stale.describe()}: no longer running"]
+
+
+def test_a_reused_pid_does_not_keep_a_lock(tmp_path: Path) -> None:
+    # this very process, but started at another time: the pid was reused
+    me = sweep_lock.this_controller()
+    reused = sweep_lock.Holder(me.pid, me.host, me.started_at, (me.process_start or 0) + 1, "x")
+    assert sweep_lock.is_alive(me) and not sweep_lock.is_alive(reused)
+
+
+def test_a_lock_from_another_host_is_refused_with_how_to_release_it(tmp_path: Path) -> None:
+    other = sweep_lock.Holder(1, "elsewhere.example", "2026-11-24T00:00:00+00:00", None, "x")
+    path = tmp_path / sweep_lock.LOCK_NAME
+    path.write_text(json.dumps(other.__dict__))
+    with pytest.raises(sweep_lock.LockHeld, match=f"another host: not checked here.*remove {path}"):
+        sweep_lock.acquire(tmp_path)
