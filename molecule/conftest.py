@@ -11,14 +11,91 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
+# The compatibility table the roles read, and the stand-in repo's manifest: the tests take the
+# versions they expect from these rather than from literals of their own.
+COMPAT = yaml.safe_load((PROJECT_DIR / "compat.yml").read_text())
+STANDIN = yaml.safe_load((PROJECT_DIR / "tests/standin/packages.yml").read_text())
+
+
+def instance_distro(host) -> str:
+    """NVIDIA's repo directory of a scenario instance: every platform is named <distro>-<scenario>
+    (debian12-site, ubuntu2004-nccl), the Ubuntu 20.04 stand-in included."""
+    distro = host.backend.get_hostname().split("-", 1)[0]
+    assert distro in COMPAT["distros"], distro
+    return distro
+
+
+@dataclass(frozen=True)
+class DefaultStack:
+    """What the roles install on a distro with no variables set, as compat.yml states it."""
+
+    branch: str
+    cuda: str
+    cudnn: str
+    nccl: str
+
+    @property
+    def cuda_major(self) -> str:
+        return self.cuda.split(".")[0]
+
+    @property
+    def cuda_package_suffix(self) -> str:
+        """cuda-toolkit-<major>-<minor>'s suffix: "13-4"."""
+        return self.cuda.replace(".", "-")
+
+    @property
+    def cudnn_package_version(self) -> str:
+        return f"{self.cudnn}-1"
+
+    @property
+    def nccl_package_version(self) -> str:
+        return f"{self.nccl}+cuda{self.cuda}"
+
+
+def default_stack(distro: str) -> DefaultStack:
+    entry = COMPAT["distros"][distro]["default"]
+    cuda = entry["cuda"]
+    return DefaultStack(
+        branch=entry["branch"],
+        cuda=cuda,
+        cudnn=COMPAT["cuda_major"][cuda.split(".")[0]]["cudnn"],
+        nccl=COMPAT["cuda"][cuda]["nccl"],
+    )
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    # Enough of Debian's ordering for the manifest's numeric versions (580.105.08-0ubuntu1,
+    # 13.4.2-1, 2.32.3-1+cuda13.4): compare the numbers in order.
+    return tuple(int(n) for n in re.findall(r"\d+", version))
+
+
+def standin_versions(package: str, distro: str) -> list[str]:
+    """The versions of `package` the NVIDIA stand-in offers for `distro`, oldest first."""
+    found = {
+        str(version)
+        for pkg in STANDIN["nvidia"]
+        if pkg["name"] == package and distro in pkg.get("distros", STANDIN["nvidia_keys"])
+        for version in pkg["versions"]
+    }
+    return sorted(found, key=_version_key)
+
+
+def standin_newest(package: str, distro: str, prefix: str = "") -> str:
+    """The newest version of `package` (starting with `prefix`) the stand-in offers for `distro`:
+    what apt installs when nothing pins an exact version."""
+    versions = [v for v in standin_versions(package, distro) if v.startswith(prefix)]
+    assert versions, f"the stand-in has no {package} {prefix}* for {distro}"
+    return versions[-1]
 
 
 @dataclass
@@ -180,3 +257,33 @@ def fingerprints():
 def apt_problems():
     """apt_problems(host) -> apt-get update's W:/E:/Err: lines (an empty list when apt is clean)."""
     return apt_update_problems
+
+
+@pytest.fixture(scope="session")
+def compat() -> dict:
+    """compat.yml, as the roles read it."""
+    return COMPAT
+
+
+@pytest.fixture
+def distro(host) -> str:
+    """The instance's NVIDIA repo directory (debian12, ubuntu2004, debian13)."""
+    return instance_distro(host)
+
+
+@pytest.fixture
+def defaults(distro) -> DefaultStack:
+    """compat.yml's default stack for the instance's distro."""
+    return default_stack(distro)
+
+
+@pytest.fixture(scope="session")
+def standin():
+    """standin.newest(package, distro, prefix="") / standin.versions(package, distro): what the
+    NVIDIA stand-in offers (tests/standin/packages.yml)."""
+
+    class Standin:
+        newest = staticmethod(standin_newest)
+        versions = staticmethod(standin_versions)
+
+    return Standin

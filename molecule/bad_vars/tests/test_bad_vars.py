@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 PROJECT = Path(__file__).resolve().parents[3]
+COMPAT = yaml.safe_load((PROJECT / "compat.yml").read_text())
 INSTANCE = "debian12-bad_vars"
 # The Ubuntu 20.04 stand-in (Debian userland, Ubuntu facts), managed through Ubuntu 20.04's Python.
 UBUNTU_INSTANCE = "ubuntu2004-bad_vars"
@@ -103,6 +104,17 @@ CASES: dict[str, tuple[dict, str, str]] = {
         "nvidia_driver_branch",
         '"580" is not a branch Canonical publishes as -server packages for ubuntu2004',
     ),
+    # A branch past its end of life (compat.yml's branches), without nvidia_driver_allow_eol_branch.
+    "driver branch past its end of life": (
+        {"nvidia_driver_branch": "535"},
+        "nvidia_driver_branch",
+        f'"535" reached its end of life in {COMPAT["branches"]["535"]["end_of_life"]}',
+    ),
+    "allow_eol_branch not a boolean": (
+        {"nvidia_driver_branch": "535", "nvidia_driver_allow_eol_branch": "sometimes"},
+        "nvidia_driver_allow_eol_branch",
+        "bool",
+    ),
     "driver version of another branch": (
         {"nvidia_driver_version": "550.127.08"},
         "nvidia_driver_version",
@@ -114,10 +126,16 @@ CASES: dict[str, tuple[dict, str, str]] = {
         "cuda_toolkit_version",
         "float",
     ),
-    "CUDA 12.4 on driver branch 535": (
-        {"cuda_toolkit_version": "12.4", "nvidia_driver_branch": "535"},
+    # CUDA 13 needs R580 (compat.yml's min_branch); 570 is past its end of life, allowed here so
+    # that the CUDA check is the one that refuses.
+    "CUDA 13.0 on driver branch 570": (
+        {
+            "cuda_toolkit_version": "13.0",
+            "nvidia_driver_branch": "570",
+            "nvidia_driver_allow_eol_branch": True,
+        },
         "cuda_toolkit_version",
-        "needs driver branch 550",
+        f"needs driver branch {COMPAT['cuda']['13.0']['min_branch']}",
     ),
     "CUDA 11": (
         {"cuda_toolkit_version": "11.8"},
@@ -343,6 +361,7 @@ def test_good_variables_pass_the_preflight(instance, playbook, tmp_path):
         "good distro branch (Ubuntu 20.04)": {
             "nvidia_driver_source": "distro",
             "nvidia_driver_branch": "535",
+            "nvidia_driver_allow_eol_branch": True,
             "cuda_toolkit_version": "12.2",
         },
     }

@@ -77,7 +77,7 @@ def test_the_report_names_what_would_be_installed(check_run):
     assert f"driver branch {default['branch']}" in messages["nvidia_driver"]
     assert f"cuda-toolkit-{cuda.replace('.', '-')}" in messages["cuda_toolkit"]
     assert f"+cuda{cuda}" in messages["nccl"]
-    assert "3bf863cc.pub" in messages["nvidia_repo"]
+    assert COMPAT["distros"]["debian12"]["key"] in messages["nvidia_repo"]
 
 
 def test_nothing_changed_on_the_host(check_run):

@@ -14,9 +14,12 @@ import yaml
 
 PREFIX = "/opt/miniforge3"
 LOCAL_PREFIX = "/opt/miniforge-local"
-FIXTURE = (
-    Path(__file__).resolve().parents[3] / ".work/www/installers/Miniforge3-fixture-Linux-x86_64.sh"
-)
+PROJECT = Path(__file__).resolve().parents[3]
+FIXTURE = PROJECT / ".work/www/installers/Miniforge3-fixture-Linux-x86_64.sh"
+# The release the role records: its default conda_version (the converge sets none).
+CONDA_VERSION = yaml.safe_load((PROJECT / "roles/conda/defaults/main.yml").read_text())[
+    "conda_version"
+]
 
 
 def fixture_sha256():
@@ -51,7 +54,7 @@ def test_release_recorded(host, prefix):
     record = host.file(f"{prefix}/.gpustack-miniforge.json")
     assert record.user == "root"
     assert json.loads(record.content_string) == {
-        "version": "26.3.2-3",
+        "version": CONDA_VERSION,
         "installer_sha256": fixture_sha256(),
     }
 

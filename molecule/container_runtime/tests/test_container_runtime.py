@@ -16,9 +16,16 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 PROJECT = Path(__file__).resolve().parents[3]
 SITE = PROJECT / "site.yml"
+ROLE = PROJECT / "roles/container_runtime"
+# The role's defaults: Docker's releases by codename (vars/main.yml) and the toolkit's version.
+RELEASES = yaml.safe_load((ROLE / "vars/main.yml").read_text())["container_runtime_docker_releases"]
+TOOLKIT_VERSION = yaml.safe_load((ROLE / "defaults/main.yml").read_text())[
+    "container_runtime_toolkit_version"
+]
 INSTANCES = [
     "debian12-container_runtime",
     "ubuntu2004-container_runtime",
@@ -29,7 +36,7 @@ DOCKER_KEYRING = "/etc/apt/keyrings/docker.asc"
 TOOLKIT_SOURCE = "/etc/apt/sources.list.d/nvidia-container-toolkit.sources"
 TOOLKIT_KEYRING = "/etc/apt/keyrings/nvidia-container-toolkit.asc"
 TOOLKIT = {
-    name: "1.20.0-1"
+    name: TOOLKIT_VERSION
     for name in (
         "nvidia-container-toolkit",
         "nvidia-container-toolkit-base",
@@ -39,13 +46,17 @@ TOOLKIT = {
 }
 
 
-def docker_stack(suffix: str, docker: str, containerd: str, buildx: str, compose: str) -> dict:
+def docker_stack(suffix: str, release: dict) -> dict:
+    """Docker's package versions for one release of the role's table, on one suite."""
+    containerd = release["containerd"]
+    if release["containerd_os_suffix"]:
+        containerd += f"~{suffix}"
     return {
-        "docker-ce": f"5:{docker}-1~{suffix}",
-        "docker-ce-cli": f"5:{docker}-1~{suffix}",
+        "docker-ce": f"5:{release['docker']}-1~{suffix}",
+        "docker-ce-cli": f"5:{release['docker']}-1~{suffix}",
         "containerd.io": containerd,
-        "docker-buildx-plugin": f"{buildx}-1~{suffix}",
-        "docker-compose-plugin": f"{compose}-1~{suffix}",
+        "docker-buildx-plugin": f"{release['buildx']}-1~{suffix}",
+        "docker-compose-plugin": f"{release['compose']}-1~{suffix}",
     }
 
 
@@ -55,12 +66,12 @@ EXPECTED = {
     "debian12-container_runtime": {
         "source": "docker_repo",
         "suite": ("debian", "bookworm"),
-        "engine": docker_stack("debian.12~bookworm", "29.4.1", "2.2.1-1", "0.34.1", "5.1.3"),
+        "engine": docker_stack("debian.12~bookworm", RELEASES["current"]),
     },
     "ubuntu2004-container_runtime": {
         "source": "docker_repo",
         "suite": ("ubuntu", "focal"),
-        "engine": docker_stack("ubuntu.20.04~focal", "28.1.1", "1.7.27-1", "0.23.0", "2.35.1"),
+        "engine": docker_stack("ubuntu.20.04~focal", RELEASES["focal"]),
     },
     "debian13-container_runtime": {
         "source": "distro",
@@ -154,10 +165,11 @@ def test_packages_installed_at_their_versions(host, expected):
 
 def test_pinned_while_newer_builds_exist(host, expected):
     pinned = {p: v for p, v in {**expected["engine"], **TOOLKIT}.items() if v is not None}
-    # The stand-in has newer docker-ce (29.4.2), containerd.io (2.2.2-1) and toolkit (1.20.1-1).
-    newer = {"nvidia-container-toolkit": "1.20.1-1", "libnvidia-container1": "1.20.1-1"}
+    # The stand-in has newer docker-ce (29.8.3), containerd.io (2.3.7-1) and toolkit (1.20.2-1)
+    # builds, hypothetical fixture numbers (tests/standin/packages.yml).
+    newer = {"nvidia-container-toolkit": "1.20.2-1", "libnvidia-container1": "1.20.2-1"}
     if expected["source"] == "docker_repo" and expected["suite"][1] != "focal":
-        newer |= {"docker-ce": "5:29.4.2", "containerd.io": "2.2.2-1"}
+        newer |= {"docker-ce": "5:29.8.3", "containerd.io": "2.3.7-1"}
     for package, version in newer.items():
         assert version in host.check_output(f"apt-cache madison {package}"), package
     for package, version in pinned.items():
@@ -312,12 +324,13 @@ def test_refuses_a_docker_release_the_repository_lacks(host, name, refused, scen
     # Docker publishes no 29.x for Ubuntu 20.04: asking for the other OSes' default stops cleanly.
     if name != "ubuntu2004-container_runtime":
         pytest.skip("run once, on the Ubuntu 20.04 stand-in")
+    current, focal = RELEASES["current"]["docker"], RELEASES["focal"]["docker"]
     message = refused(
-        host, scenario_dir / "converge.yml", {"container_runtime_docker_version": "29.4.1"}
+        host, scenario_dir / "converge.yml", {"container_runtime_docker_version": current}
     )
-    assert "docker-ce=5:29.4.1-1~ubuntu.20.04~focal" in message
+    assert f"docker-ce=5:{current}-1~ubuntu.20.04~focal" in message
     assert "container_runtime_docker_version" in message
-    assert "5:28.1.1-1~ubuntu.20.04~focal" in message
+    assert f"5:{focal}-1~ubuntu.20.04~focal" in message
 
 
 # ---- verify.yml's container check --------------------------------------------------------------

@@ -1,25 +1,33 @@
-"""nvidia_driver with defaults: the newest 580 driver from the stand-in of NVIDIA's repo."""
+"""nvidia_driver with defaults: the newest driver of compat.yml's default branch from the
+stand-in of NVIDIA's repo."""
 
 import driver_state as ds
+import pytest
 
-NEWEST = "580.105.08"
+
+@pytest.fixture
+def newest(distro, defaults, standin):
+    """The newest upstream version of the default branch the stand-in offers (580.105.08)."""
+    return standin.newest(f"cuda-drivers-{defaults.branch}", distro).split("-", 1)[0]
 
 
-def test_newest_driver_of_branch_installed(host):
-    status = ds.assert_driver_installed(host, "nvidia_repo", NEWEST)
+def test_newest_driver_of_branch_installed(host, newest, defaults):
+    status = ds.assert_driver_installed(host, "nvidia_repo", newest)
     # Other branches exist in the repo (on Debian under the same names) but are not used.
-    assert not any(v.startswith(("535.", "550.")) for v, a in status.values() if a[1] == "i")
+    assert not any(
+        not v.startswith(f"{defaults.branch}.") for v, a in status.values() if a[1] == "i"
+    )
 
 
-def test_resolved_version_pinned_for_apt(host):
+def test_resolved_version_pinned_for_apt(host, newest):
     pin = host.file("/etc/apt/preferences.d/gpustack-nvidia-driver")
     assert pin.mode == 0o644
-    assert f"Pin: version {NEWEST}-*" in pin.content_string.splitlines()
+    assert f"Pin: version {newest}-*" in pin.content_string.splitlines()
 
 
-def test_driver_held_and_blacklisted(host):
-    driver = ds.assert_driver_held(host, NEWEST)
-    assert "cuda-drivers-580" in driver
+def test_driver_held_and_blacklisted(host, newest, defaults):
+    driver = ds.assert_driver_held(host, newest)
+    assert f"cuda-drivers-{defaults.branch}" in driver
 
 
 def test_persistenced_enabled_and_running(host):

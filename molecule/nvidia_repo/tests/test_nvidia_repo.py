@@ -1,5 +1,6 @@
 """State nvidia_repo leaves on a host that older NVIDIA setups had configured."""
 
+import json
 import os
 
 SOURCE = "/etc/apt/sources.list.d/nvidia-cuda.sources"
@@ -35,12 +36,14 @@ def test_source_is_one_deb822_entry_signed_by_the_keyring(host):
     assert fields["Signed-By"] == KEYRING
 
 
-def test_keyring_holds_exactly_the_expected_key(host, fingerprints):
+def test_keyring_holds_exactly_the_expected_key(host, fingerprints, compat):
     keyring = host.file(KEYRING)
     assert keyring.is_file
     assert keyring.user == "root"
     assert keyring.mode == 0o644
-    assert fingerprints(host, KEYRING) == [os.environ["STANDIN_KEY_FPR"]]
+    # The stand-in's throwaway key for the key file compat.yml names for this distro.
+    keys = json.loads(os.environ["STANDIN_NVIDIA_KEYS"])
+    assert fingerprints(host, KEYRING) == [keys[compat["distros"][distro(host)]["key"]]]
 
 
 def test_apt_uses_the_repository_without_errors(host, apt_problems):

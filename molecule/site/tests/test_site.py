@@ -3,49 +3,51 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
 import pytest
 
-# Defaults of the roles (no variables set in this scenario), per OS from compat.yml: driver branch
-# 580 everywhere, CUDA 12.9 where NVIDIA publishes it and 13.0 on Debian 13 (its only CUDA), each
-# with compat.yml's cuDNN 9 and NCCL. The stand-in repo also offers other builds of the same
-# branch/release (e.g. libnccl2 2.28.9-1), which the pins and holds must keep out.
-DRIVER_VERSION = "580.105.08"
-CUDA = {"debian12-site": "12.9", "ubuntu2004-site": "12.9", "debian13-site": "13.0"}
-TOOLKIT_BUILD = {"12.9": "12.9.1-1", "13.0": "13.0.2-1"}
-# The driver package: branch-named in NVIDIA's Ubuntu repos, Debian's name in its Debian repos.
-DRIVER = {
-    "debian12-site": "nvidia-driver",
-    "ubuntu2004-site": "nvidia-driver-580",
-    "debian13-site": "nvidia-driver",
-}
+# Defaults of the roles (no variables set in this scenario), per OS from compat.yml: its default
+# driver branch and CUDA release (13.4, 12.9 on Ubuntu 20.04, for which CUDA 13 is not published),
+# each with compat.yml's cuDNN 9 and NCCL. Where compat.yml leaves the exact build open (the driver,
+# the toolkit), the roles install the newest of the branch/release: the stand-in's newest. The
+# stand-in also offers other builds of the same branch/release (e.g. a newer libnccl2), which the
+# pins and holds must keep out.
 
 
-def expected_stack(hostname):
-    cuda = CUDA[hostname]
-    major, minor = cuda.split(".")
+def driver_package(distro: str, branch: str) -> str:
+    """The driver package: branch-named in NVIDIA's Ubuntu repos, Debian's name in its Debian
+    repos."""
+    return f"nvidia-driver-{branch}" if distro.startswith("ubuntu") else "nvidia-driver"
+
+
+def upstream(version: str) -> str:
+    """580.105.08-1 -> 580.105.08."""
+    return version.split("-", 1)[0]
+
+
+@pytest.fixture
+def stack(distro, defaults, standin):
+    driver = upstream(standin.newest(f"cuda-drivers-{defaults.branch}", distro))
+    toolkit = f"cuda-toolkit-{defaults.cuda_package_suffix}"
+    cudnn = defaults.cudnn_package_version
     return {
-        "cuda-drivers-580": DRIVER_VERSION,
-        DRIVER[hostname]: DRIVER_VERSION,
-        f"cuda-toolkit-{major}-{minor}": TOOLKIT_BUILD[cuda],
-        f"cudnn9-cuda-{major}": "9.13.0.50-1",
-        f"libcudnn9-cuda-{major}": "9.13.0.50-1",
-        f"libcudnn9-dev-cuda-{major}": "9.13.0.50-1",
-        "libnccl2": f"2.28.3-1+cuda{cuda}",
-        "libnccl-dev": f"2.28.3-1+cuda{cuda}",
+        f"cuda-drivers-{defaults.branch}": driver,
+        driver_package(distro, defaults.branch): driver,
+        toolkit: standin.newest(toolkit, distro),
+        f"cudnn9-cuda-{defaults.cuda_major}": cudnn,
+        f"libcudnn9-cuda-{defaults.cuda_major}": cudnn,
+        f"libcudnn9-dev-cuda-{defaults.cuda_major}": cudnn,
+        "libnccl2": defaults.nccl_package_version,
+        "libnccl-dev": defaults.nccl_package_version,
     }
 
 
 @pytest.fixture
-def stack(host):
-    return expected_stack(host.backend.get_hostname())
-
-
-@pytest.fixture
-def cuda(host):
-    return CUDA[host.backend.get_hostname()]
+def cuda(defaults):
+    return defaults.cuda
 
 
 def test_components_installed_at_their_versions(host, stack):
@@ -68,28 +70,32 @@ def test_components_held_and_blacklisted(host, stack):
     assert [package for package in stack if f'"{package}$"' not in blacklist] == []
 
 
-def test_nothing_in_the_stack_would_be_upgraded(host, stack, cuda):
-    # libnccl2 2.28.9-1 is in the repo and newer than the pinned 2.28.3-1: a plain upgrade must
-    # leave every component where it is.
-    assert f"2.28.9-1+cuda{cuda}" in host.check_output("apt-cache madison libnccl2")
+def test_nothing_in_the_stack_would_be_upgraded(host, stack, distro, defaults, standin):
+    # The stand-in has a libnccl2 build for the same CUDA release newer than the pinned one: a plain
+    # upgrade must leave every component where it is.
+    suffix = f"+cuda{defaults.cuda}"
+    newer = [v for v in standin.versions("libnccl2", distro) if v.endswith(suffix)][-1]
+    assert newer != defaults.nccl_package_version, "the scenario needs a newer NCCL build"
+    assert newer in host.check_output("apt-cache madison libnccl2")
     plan = host.check_output("LC_ALL=C apt-get --simulate upgrade")
     moved = [line for line in plan.splitlines() if line.startswith("Inst ")]
     assert [line for line in moved if line.split()[1] in stack] == []
 
 
-def test_one_driver_branch_only(host):
+def test_one_driver_branch_only(host, defaults):
     # The toolkit must not have pulled the unversioned cuda-drivers, which follows the
     # newest branch, and no package of another branch may be installed.
+    branch = defaults.branch
     names = host.check_output("dpkg-query --show --showformat='${Package} ${Version}\\n'")
     packages = dict(line.split() for line in names.splitlines())
     assert "cuda-drivers" not in packages
     assert [
         name
         for name in packages
-        if re.match(r"(nvidia-driver|cuda-drivers)-(?!580(-open)?$)", name)
+        if re.match(rf"(nvidia-driver|cuda-drivers)-(?!{branch}(-open)?$)", name)
     ] == []
-    libcuda = packages.get("libcuda1") or packages.get("libnvidia-compute-580")
-    assert libcuda is not None and libcuda.startswith("580.")
+    libcuda = packages.get("libcuda1") or packages.get(f"libnvidia-compute-{branch}")
+    assert libcuda is not None and libcuda.startswith(f"{branch}.")
 
 
 def test_repository_defined_once(host):
@@ -99,14 +105,26 @@ def test_repository_defined_once(host):
     assert host.run("LC_ALL=C apt-get update").stderr.count("W:") == 0
 
 
+def test_repository_key_is_the_distros_own(host, distro, compat, fingerprints):
+    # NVIDIA signs each repo directory with its own key (Debian 13: 8793F200.pub, the others
+    # 3bf863cc.pub); the stand-in signs each with a throwaway key per key file name, so only the
+    # key compat.yml names for the distro lets apt trust the directory.
+    keys = json.loads(os.environ["STANDIN_NVIDIA_KEYS"])
+    name = compat["distros"][distro]["key"]
+    assert fingerprints(host, "/etc/apt/keyrings/nvidia-cuda.asc") == [keys[name]]
+    if distro == "debian13":
+        assert name == "8793F200.pub"
+        assert keys[name] != keys["3bf863cc.pub"]
+
+
 def test_persistence_daemon_running(host):
     service = host.service("nvidia-persistenced")
     assert service.is_enabled
     assert service.is_running
 
 
-def test_no_fabric_manager_without_nvswitch(host):
-    assert not host.package("nvidia-fabricmanager-580").is_installed
+def test_no_fabric_manager_without_nvswitch(host, defaults):
+    assert not host.package(f"nvidia-fabricmanager-{defaults.branch}").is_installed
 
 
 def test_nouveau_blacklisted(host):
@@ -136,7 +154,7 @@ CORE_CHECKS = [
 ]
 
 
-def test_verify_playbook_reports_every_check_as_json(host, playbook, tmp_path, cuda):
+def test_verify_playbook_reports_every_check_as_json(host, playbook, tmp_path, distro, defaults):
     # No GPU in a container: verify.yml must record the failed checks, write and print the JSON
     # summary, and exit non-zero. What the roles installed (cuDNN and NCCL headers at the
     # compat.yml versions) must be recorded as passed.
@@ -149,9 +167,7 @@ def test_verify_playbook_reports_every_check_as_json(host, playbook, tmp_path, c
     assert run.rc != 0
     summary = json.loads((tmp_path / f"{name}.json").read_text())
     assert summary["host"] == name
-    assert summary["os"] == {"debian12-site": "debian12", "debian13-site": "debian13"}.get(
-        name, "ubuntu2004"
-    )
+    assert summary["os"] == distro
     assert summary["passed"] is False
     checks = {check["check"]: check for check in summary["checks"]}
     # One entry per check, each name once; these in this order (later checks may follow, e.g. the
@@ -165,17 +181,19 @@ def test_verify_playbook_reports_every_check_as_json(host, playbook, tmp_path, c
     assert checks["cudnn_version"] == {
         "check": "cudnn_version",
         "passed": True,
-        "figures": {"header": "9.13.0", "requested": "9.13.0.50"},
+        "figures": {
+            "header": ".".join(defaults.cudnn.split(".")[:3]),
+            "requested": defaults.cudnn,
+        },
         "message": "",
     }
     assert checks["nccl_version"]["passed"] is True
-    assert checks["nccl_version"]["figures"]["requested"] == "2.28.3-1"
-    assert checks["cuda_release"]["figures"]["requested"] == cuda
+    assert checks["nccl_version"]["figures"]["requested"] == defaults.nccl
+    assert checks["cuda_release"]["figures"]["requested"] == defaults.cuda
     # CuPy's matrix product on every GPU (python_env installs CuPy by default): the wheel compat.yml
     # names for the OS's CUDA major, and a failure here (no GPU, and this scenario skips the python
     # roles, so no environment either).
-    major = cuda.split(".")[0]
-    assert checks["cupy_matmul"]["figures"]["package"] == f"cupy-cuda{major}x"
+    assert checks["cupy_matmul"]["figures"]["package"] == f"cupy-cuda{defaults.cuda_major}x"
     assert checks["cupy_matmul"]["passed"] is False
     assert "cupy-cuda" in checks["cupy_matmul"]["message"]
     assert all(checks[c]["message"] for c in CORE_CHECKS if not checks[c]["passed"])
@@ -185,24 +203,33 @@ def test_verify_playbook_reports_every_check_as_json(host, playbook, tmp_path, c
 
 
 # What compat.yml says NVIDIA does not publish for an OS stops site.yml's preflight, host untouched.
+# The end-of-life branches are allowed here, so that each case meets the check it is about.
 REFUSED = {
-    "ubuntu2004-site": (
+    "ubuntu2004": (
         {"cuda_toolkit_version": "13.0"},
         "NVIDIA publishes no CUDA 13.0 for ubuntu2004",
     ),
-    "debian13-site": (
-        {"nvidia_driver_branch": "535", "cuda_toolkit_version": "12.2"},
+    "debian13": (
+        {
+            "nvidia_driver_branch": "535",
+            "nvidia_driver_allow_eol_branch": True,
+            "cuda_toolkit_version": "12.2",
+        },
         'nvidia_driver_branch "535" is not a branch NVIDIA publishes for debian13',
     ),
-    "debian12-site": (
-        {"cuda_toolkit_version": "13.0", "nvidia_driver_branch": "570"},
+    "debian12": (
+        {
+            "cuda_toolkit_version": "13.0",
+            "nvidia_driver_branch": "570",
+            "nvidia_driver_allow_eol_branch": True,
+        },
         "cuda_toolkit_version 13.0 needs driver branch 580 or newer",
     ),
 }
 
 
-def test_preflight_refuses_what_the_os_does_not_get(host, refused):
-    extra_vars, expected = REFUSED[host.backend.get_hostname()]
+def test_preflight_refuses_what_the_os_does_not_get(host, distro, refused):
+    extra_vars, expected = REFUSED[distro]
     site = Path(__file__).resolve().parents[3] / "site.yml"
     message = refused(host, site, extra_vars)
     assert expected in message
