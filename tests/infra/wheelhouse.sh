@@ -96,6 +96,9 @@ publish() {
 }
 publish "$cache" "$www/wheels"
 publish "$cuda_cache" "$www/wheels-cu13"
+# A PEP 503 index over the CPU wheels, standing in for PyTorch's index in the preflight's contact checks.
+rm -rf "$www/simple"
+python3 "$here/tests/infra/simple_index.py" "$www/wheels" "$www/simple"
 
 # Installer fixtures: the genuine-looking one with its sha256 (as Miniforge publishes <installer>.sha256),
 # and a tampered copy (one extra line) that must be refused when checked against the genuine sha256.
