@@ -257,6 +257,23 @@ CASES: dict[str, tuple[dict, str, str]] = {
         "gpustack_strict_vars",
         "sometimes",
     ),
+    # The preflight's contact check (roles/repo_contact): values that pass every format check but
+    # that the sources do not carry, refused before any change, with what the source offers.
+    "cuDNN release missing from NVIDIA's repository": (
+        {"cudnn_version": "9.99.0.1"},
+        "cudnn_version",
+        "cudnn9-cuda-13=9.99.0.1-1 is not in",
+    ),
+    "driver branch missing from NVIDIA's repository": (
+        {"nvidia_driver_branch": "620"},
+        "nvidia_driver_branch",
+        "cuda-drivers-620 620.* is not in",
+    ),
+    "torch missing from the index": (
+        {"python_env_torch_version": "2.99.0"},
+        "python_env_torch_version",
+        "no torch==2.99.0 wheel for CPython 3.11",
+    ),
 }
 
 
@@ -380,11 +397,13 @@ def test_good_variables_pass_the_preflight(instance, playbook, tmp_path):
 
 
 def test_cases_cover_every_role():
-    # package_hold is called by the other roles with values they compute, never by users.
+    # package_hold and repo_contact are called by the other roles with values they compute, never
+    # by users (repo_contact's refusals are the contact-check cases above, named by user variables).
     roles = {
         p.name
         for p in (PROJECT / "roles").iterdir()
-        if (p / "meta/argument_specs.yml").exists() and p.name != "package_hold"
+        if (p / "meta/argument_specs.yml").exists()
+        and p.name not in ("package_hold", "repo_contact")
     }
     named = {variable for _, variable, _ in CASES.values()}
     uncovered = {role for role in roles if not any(v.startswith(role + "_") for v in named)}
