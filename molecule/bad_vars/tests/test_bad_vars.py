@@ -247,9 +247,11 @@ CASES: dict[str, tuple[dict, str, str]] = {
         "sometimes",
     ),
     # site.yml: a misspelt variable, refused with gpustack_strict_vars (a warning without it)
+    # Two letters swapped: the hint names the one variable with the same letters (a misspelt middle
+    # word would also match every nvidia_..._branch, e.g. nvidia_driver_allow_eol_branch).
     "misspelt variable, strict": (
-        {"nvidia_drvier_branch": "550", "gpustack_strict_vars": True},
-        "nvidia_drvier_branch",
+        {"nvidia_driver_brnach": "550", "gpustack_strict_vars": True},
+        "nvidia_driver_brnach",
         "did you mean nvidia_driver_branch",
     ),
     "strict flag not a boolean": (
@@ -373,7 +375,7 @@ def test_good_variables_pass_the_preflight(instance, playbook, tmp_path):
     # gpustack_strict_vars a misspelt variable passes too, named in a warning.
     good = {
         "good": {},
-        "misspelt": {"nvidia_drvier_branch": "550"},
+        "misspelt": {"nvidia_driver_brnach": "550"},
         # A branch Canonical does publish for 20.04, with a CUDA release that branch runs.
         "good distro branch (Ubuntu 20.04)": {
             "nvidia_driver_source": "distro",
@@ -392,7 +394,7 @@ def test_good_variables_pass_the_preflight(instance, playbook, tmp_path):
         assert run.stats[alias(case)]["changed"] == 0
     warnings = warnings_by_host(run.stdout)
     assert alias("good") not in warnings
-    assert "nvidia_drvier_branch" in warnings[alias("misspelt")]
+    assert "nvidia_driver_brnach" in warnings[alias("misspelt")]
     assert "did you mean nvidia_driver_branch" in warnings[alias("misspelt")]
 
 
