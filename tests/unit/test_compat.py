@@ -71,7 +71,9 @@ def test_each_distro_names_a_known_key_or_none(distro):
         assert re.fullmatch(r"[0-9A-F]{40}", fingerprint)
 
 
-@pytest.mark.parametrize("branch", sorted({b for e in COMPAT["distros"].values() for b in e["branches"]}))
+@pytest.mark.parametrize(
+    "branch", sorted({b for e in COMPAT["distros"].values() for b in e["branches"]})
+)
 def test_every_offered_branch_has_a_life_entry(branch):
     assert re.fullmatch(r"\d{4}-\d{2}", COMPAT["branches"][branch]["end_of_life"])
 
@@ -248,3 +250,15 @@ def test_standin_archive_serves_a_branch_compat_yml_lists_for_focal():
     listed = set(COMPAT["distros"]["ubuntu2004"]["server_branches"])
     assert real and real <= listed
     assert retired and not retired & listed
+
+
+def test_nvidia_ml_py_floor_is_compat_yml_s_everywhere():
+    # The NVML bindings' floor is stated once (compat.yml) and followed by the bench's own
+    # dependency and the training environment's package list.
+    floor = COMPAT["nvidia_ml_py_min"]
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert f'"nvidia-ml-py>={floor}"' in pyproject
+    defaults = yaml.safe_load((PYTHON_ENV / "defaults/main.yml").read_text())
+    assert (
+        "nvidia-ml-py>={{ python_env_compat.nvidia_ml_py_min }}" in defaults["python_env_packages"]
+    )
