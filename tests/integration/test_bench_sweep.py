@@ -246,8 +246,8 @@ def test_imagefolder_data_and_ddp_knobs(tmp_path: Path) -> None:
 
 
 def test_impossible_requests_stop_before_any_launch(tmp_path: Path) -> None:
-    # Values are refused first (before torch is imported), then every problem with this
-    # machine is listed together; neither stage launches or writes anything.
+    # Values out of range and problems with this machine are listed together, in one
+    # refusal; nothing is launched or written.
     cases = (
         (["--batch-size", "0"], ("--batch-size must be >= 1",)),
         (["--gpus", "1,64", "--model", "resnet5"], ("64 requested", "did you mean resnet50")),

@@ -1,0 +1,137 @@
+"""A killed controller and a damaged sweep directory (issue 25), with real CPU sweeps.
+
+kill -9 of `python -m bench.scaling` leaves no process of its launches alive after 2 s (the
+launcher and every rank die with it: bench.rank.lifeline); `--resume` then takes over the dead
+controller's lock, rebuilds a deleted runs.parquet or a truncated sweep.json from what
+survives, keeps every finished row as it was and measures only what did not finish.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from integration_support import TINY
+
+from bench.rank.faults import ENV_VAR as FAULT_VAR
+
+pytestmark = pytest.mark.slow
+MARK_VAR = "BENCH_TEST_CONTROLLER"  # inherited by everything the controller starts
+
+
+def marked(mark: str) -> list[tuple[int, str]]:
+    """Live (not zombie) processes whose environment has MARK_VAR=mark, with their command."""
+    entry = f"{MARK_VAR}={mark}".encode()
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            environ = (proc / "environ").read_bytes()
+            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            command = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if entry in environ.split(b"\0") and state != "Z":
+            found.append((int(proc.name), command))
+    return found
+
+
+def wait_for(condition: Callable[[], object], seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+def start_sweep(out: Path, args: list[str], fault: str = "") -> tuple[subprocess.Popen[str], str]:
+    mark = uuid.uuid4().hex
+    env = {**{k: v for k, v in os.environ.items() if k != FAULT_VAR}, MARK_VAR: mark}
+    if fault:
+        env[FAULT_VAR] = fault
+    argv = [sys.executable, "-m", "bench.scaling", *TINY, "--out", str(out), *args]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env=env)  # fmt: skip
+    return proc, mark
+
+
+def ranks(mark: str) -> list[tuple[int, str]]:
+    """The rank processes themselves (python [-u] -m bench.rank.worker), not the launchers
+    whose command lines end with that command."""
+    found = []
+    for pid, command in marked(mark):
+        args = command.split()
+        if len(args) > 3 and args[1] in ("-u", "-m") and "bench.rank.worker" in args[2:4]:
+            found.append((pid, command))
+    return found
+
+
+def kill_controller(proc: subprocess.Popen[str], mark: str) -> list[tuple[int, str]]:
+    """kill -9 the controller; what of its launches is still alive 2 s later."""
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    time.sleep(2.0)
+    return marked(mark)
+
+
+@pytest.mark.parametrize("launcher", ["ddp", "horovod"])
+def test_kill_9_of_the_controller_leaves_no_rank_alive(
+    tmp_path: Path, launcher: str, request: pytest.FixtureRequest
+) -> None:
+    if launcher == "horovod":
+        request.getfixturevalue("horovod")
+    # rank 0 hangs after warm-up: both ranks are alive, mid-run, when the controller dies
+    args = ["--launchers", launcher, "--gpus", "2", "--repeats", "1", "--no-probe",
+            "--timeout", "300"]  # fmt: skip
+    proc, mark = start_sweep(tmp_path, args, fault="hang@0")
+    try:
+        wait_for(lambda: len(ranks(mark)) == 2, 300, "two ranks to run")
+        time.sleep(1.0)  # past their start-up
+        left = kill_controller(proc, mark)
+    finally:
+        for pid, _ in marked(mark):
+            os.kill(pid, signal.SIGKILL)
+    assert left == [], f"{len(left)} alive 2 s after kill -9: {[c[:70] for _, c in left]}"
+
+
+@pytest.mark.parametrize("damage", ["delete runs.parquet", "truncate sweep.json"])
+def test_resume_after_kill_9_and_damage_keeps_finished_rows(tmp_path: Path, damage: str) -> None:
+    args = ["--launchers", "ddp", "--gpus", "1", "--repeats", "2", "--no-probe"]
+    proc, mark = start_sweep(tmp_path, args)
+    try:
+        wait_for(lambda: list(tmp_path.glob("*/logs/ddp-n1-fp32-nchw-r1.log")), 300,
+                 "the second run to start")  # fmt: skip
+        assert kill_controller(proc, mark) == []
+    finally:
+        proc.kill()
+    (d,) = tmp_path.iterdir()
+    before = json.loads((d / "sweep.json").read_text())
+    (finished,) = [r for r in before["runs"] if r["run_id"] == "ddp-n1-fp32-nchw-r0"]
+    if damage == "delete runs.parquet":
+        (d / "runs.parquet").unlink()
+    else:
+        text = (d / "sweep.json").read_bytes()
+        (d / "sweep.json").write_bytes(text[: len(text) // 2])
+
+    resume = [sys.executable, "-m", "bench.scaling", "--resume", str(d), "--no-progress"]
+    done = subprocess.run(resume, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "took over the stale lock of pid" in done.stderr  # the killed controller's
+    name = damage.split()[1]
+    assert f"{name} was {'missing' if name == 'runs.parquet' else 'damaged ('}" in done.stderr
+    assert "launching 1 run(s) and 0 probe(s); 1 run(s) already done" in done.stderr
+    after = json.loads((d / "sweep.json").read_text())
+    assert after["state"] == "complete"
+    rows = {r["run_id"]: r for r in after["runs"]}
+    assert rows["ddp-n1-fp32-nchw-r0"] == finished  # the same row, not measured again
+    assert rows["ddp-n1-fp32-nchw-r1"]["status"] == "ok"
+    assert not (d / "controller.lock").exists()
