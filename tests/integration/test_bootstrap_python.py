@@ -8,11 +8,11 @@ path, with only the installer's source replaced (GPUSTACK_MINIFORGE_URL/_SHA256,
 stops once .venv exists (GPUSTACK_BOOTSTRAP_STOP_AFTER=venv): installing torch into the
 container would add minutes and no coverage of this path.
 
-The installer is a TEST FIXTURE (bootstrap_miniforge_fixture.sh, Miniforge's batch-mode command
-line) whose base environment is a real CPython >= 3.11 from this machine, mounted read-only
-where no PATH lookup finds it. Not covered: Miniforge's real download from GitHub (unreachable
-here), conda-forge's own Python build, and the `conda create` fallback for a base Python older
-than the floor (the fixture has no conda).
+The installer is the conda role's TEST FIXTURE (molecule/conda/files/miniforge-installer-
+fixture.sh, Miniforge's batch-mode command line) whose base environment is a real CPython >= 3.11
+from this machine, mounted read-only where no PATH lookup finds it. Not covered: Miniforge's real
+download from GitHub (unreachable here), conda-forge's own Python build, and the `conda create`
+fallback for a base Python older than the floor (the fixture has no conda).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from integration_support import REPO, unavailable
 
 IMAGE = "local/gpustack-ubuntu2004-standin:latest"
 PY38 = "/root/.pyenv/versions/3.8.18"  # where tests/infra/images.sh puts Ubuntu 20.04's CPython
-FIXTURE = Path(__file__).with_name("bootstrap_miniforge_fixture.sh")
+FIXTURE = Path(__file__).parents[2] / "molecule/conda/files/miniforge-installer-fixture.sh"
 FLOOR = tuple(
     int(part)
     for part in re.search(
