@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -103,7 +103,5 @@ def open_saved(request: Request, argv: Sequence[str], policy: StopPolicy = STOP)
     except BaseException:
         lock.release()
         raise
-    meta.setdefault("resumed_at", []).append(
-        datetime.now(timezone.utc).isoformat(timespec="seconds")
-    )
+    meta.setdefault("resumed_at", []).append(datetime.now(UTC).isoformat(timespec="seconds"))
     return Saved(config, store, meta, lock)

@@ -11,7 +11,7 @@ import os
 import re
 import statistics
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from bench import stats
@@ -31,7 +31,7 @@ NCCL_INTERFACE = re.compile(r"NET/(?:IB|Socket) : Using (\S+)")
 
 
 def now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def key_error_lines(output: str, limit: int = 8, width: int = 300) -> list[str]:

@@ -17,7 +17,7 @@ import types
 import typing
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 from typing import Any, TypeVar
 
 import pandas as pd
@@ -26,7 +26,7 @@ import pyarrow as pa
 from bench.spec import Variant, Workload, knobs
 
 
-class Status(str, Enum):
+class Status(StrEnum):
     OK = "ok"
     FAILED = "failed"  # a rank exited non-zero or the result never arrived
     OOM = "oom"  # out of (GPU) memory

@@ -17,7 +17,7 @@ import os
 import socket
 import sys
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 LOCK_NAME = "controller.lock"
@@ -53,7 +53,7 @@ def this_controller() -> Holder:
     return Holder(
         pid=os.getpid(),
         host=socket.gethostname(),
-        started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        started_at=datetime.now(UTC).isoformat(timespec="seconds"),
         process_start=process_start(os.getpid()),
         command=" ".join(["python -m bench.scaling", *sys.argv[1:]])[:300],
     )
