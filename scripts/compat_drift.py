@@ -13,8 +13,8 @@ for torch, torchvision, CuPy and nvidia-ml-py. Each finding has a severity:
                key file missing or with another fingerprint, the pinned torch/torchvision wheel
                missing for the default Python, the pinned CuPy missing from PyPI
   WARNING      worth a look, nothing breaks by default: an unverified key (`key: null`: the role
-               already refuses that OS with its own message, so this is not fatal), a key not
-               checked (no gpg), a wheel missing for a non-default Python, a yanked pin
+               already refuses that OS with its own message, so this is not fatal), a wheel
+               missing for a non-default Python, a yanked pin
   BEHIND       upstream has more: a newer driver branch or CUDA release, a newer cuDNN/NCCL build
                for the default CUDA, a newer torch/torchvision/CuPy on the index or PyPI
   STALE        a listed branch or CUDA release that is no longer in the index
@@ -33,12 +33,10 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import importlib.util
 import json
 import re
-import shutil
-import subprocess
 import sys
-import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -50,6 +48,13 @@ from pathlib import Path
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
+# The parsers the preflight's contact check runs on the hosts (Python 3.8, standard library): one
+# copy of the Debian Packages and OpenPGP readers for both.
+_CONTACT = importlib.util.spec_from_file_location(
+    "repo_contact", REPO / "roles/repo_contact/files/repo_contact.py"
+)
+contact = importlib.util.module_from_spec(_CONTACT)
+_CONTACT.loader.exec_module(contact)
 # NVIDIA's flat apt repos: <base>/<distro>/x86_64/ (docs.nvidia.com/datacenter/tesla/driver-
 # installation-guide, "Network repository"; the layout nvidia_repo configures).
 NVIDIA_BASE = "https://developer.download.nvidia.com/compute/cuda/repos"
@@ -127,20 +132,9 @@ def python_range(low: str, high: str = NEWEST_PYTHON) -> list[str]:
 
 
 def parse_packages(text: str) -> dict[str, set[str]]:
-    """{package: versions} from a Debian Packages index: stanzas separated by blank lines, fields
-    `Name: value`, continuation lines start with a space (github.com/NVIDIA/cuda-repo-management,
-    README "Packages.gz")."""
-    found: dict[str, set[str]] = {}
-    for stanza in re.split(r"\n\s*\n", text):
-        fields = {}
-        for line in stanza.splitlines():
-            if line[:1] in (" ", "\t") or ":" not in line:
-                continue
-            name, _, value = line.partition(":")
-            fields[name.strip().lower()] = value.strip()
-        if "package" in fields and "version" in fields:
-            found.setdefault(fields["package"], set()).add(fields["version"])
-    return found
+    """{package: versions} from a Debian Packages index (github.com/NVIDIA/cuda-repo-management,
+    README "Packages.gz"), read by the parser the preflight's contact check runs on the hosts."""
+    return {name: set(versions) for name, versions in contact.parse_packages(text).items()}
 
 
 class _Links(HTMLParser):
@@ -227,22 +221,6 @@ def parse_pypi_json(data: dict) -> PypiProject:
         if files
     }
     return PypiProject(str(data["info"]["version"]), releases)
-
-
-def parse_gpg_fingerprints(colons: str) -> list[str]:
-    """Primary-key fingerprints from `gpg --show-keys --with-colons` (GnuPG doc/DETAILS: the fpr
-    record right after a pub record; field 10 is the fingerprint)."""
-    fingerprints, after_pub = [], False
-    for line in colons.splitlines():
-        record = line.split(":")
-        if record[0] == "pub":
-            after_pub = True
-        elif record[0] == "fpr" and after_pub and len(record) > 9:
-            fingerprints.append(record[9].upper())
-            after_pub = False
-        elif record[0] == "sub":
-            after_pub = False
-    return fingerprints
 
 
 # ---- comparisons (pure) --------------------------------------------------------------------
@@ -347,14 +325,11 @@ def check_key(
     distro: str,
     key_name: str,
     expected: str | None,
-    fingerprints: list[str] | None,
+    fingerprints: list[str],
     url: str,
 ) -> Finding:
-    """The directory's key file against compat.yml's fingerprint; fingerprints None: not checked
-    (no gpg here)."""
+    """The directory's key file against compat.yml's fingerprint."""
     subject = f"key {key_name}"
-    if fingerprints is None:
-        return Finding(distro, "WARNING", subject, "present; fingerprint not checked (no gpg)", url)
     if expected is None:
         return Finding(
             distro, "BREAKING", subject, "compat.yml's nvidia_repo_keys has no fingerprint", url
@@ -480,22 +455,13 @@ class Fetcher:
             raise Unreachable(url, reason) from error
 
 
-def gpg_fingerprints(key: bytes) -> list[str] | None:
-    """Fingerprints of an OpenPGP key file with `gpg --show-keys` (nothing imported; a throwaway
-    home); None when gpg is not installed."""
-    gpg = shutil.which("gpg")
-    if not gpg:
-        return None
-    with tempfile.TemporaryDirectory() as home:
-        keyfile = Path(home) / "key"
-        keyfile.write_bytes(key)
-        out = subprocess.run(
-            [gpg, "--homedir", home, "--batch", "--show-keys", "--with-colons", str(keyfile)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        ).stdout
-    return parse_gpg_fingerprints(out)
+def key_fingerprints(key: bytes) -> list[str]:
+    """Fingerprints of the primary keys in an armored OpenPGP key file, computed as the preflight's
+    contact check computes them (RFC 4880 12.2); [] for a file that is not such a key."""
+    try:
+        return contact.fingerprints(key.decode("ascii", "replace"))
+    except ValueError:
+        return []
 
 
 def read_packages(fetcher: Fetcher, directory: str) -> tuple[dict[str, set[str]], str]:
@@ -532,7 +498,7 @@ def survey_distro(fetcher: Fetcher, compat: dict, distro: str, nvidia_base: str)
             found.append(unreachable(distro, f"key {key_name}", error))
         else:
             expected = compat.get("nvidia_repo_keys", {}).get(key_name)
-            found.append(check_key(distro, key_name, expected, gpg_fingerprints(key), url))
+            found.append(check_key(distro, key_name, expected, key_fingerprints(key), url))
         return found
     # key: null. The role refuses this OS until a key is verified out of band, with its own
     # message: say what the directory serves, as a warning (a default install stops cleanly).
@@ -547,10 +513,10 @@ def survey_distro(fetcher: Fetcher, compat: dict, distro: str, nvidia_base: str)
     served = []
     for name in sorted(set(names)):
         try:
-            fingerprints = gpg_fingerprints(fetcher.get(directory + name))
+            fingerprints = key_fingerprints(fetcher.get(directory + name))
         except SourceError:
             fingerprints = []
-        shown = "not checked (no gpg)" if fingerprints is None else ", ".join(fingerprints) or "?"
+        shown = ", ".join(fingerprints) or "not an OpenPGP key"
         served.append(f"{name} ({shown})")
     message = "key unverified (compat.yml key: null); the directory serves " + (
         "; ".join(served) if served else "no *.pub file"

@@ -12,7 +12,6 @@ import copy
 import functools
 import json
 import os
-import shutil
 import subprocess
 import sys
 import threading
@@ -39,8 +38,6 @@ def standin() -> tuple[str, dict[str, str]]:
             "STANDIN_URL / STANDIN_NVIDIA_KEYS are unset: the stand-in repo is built and served "
             "by scripts/test.sh (infra step)"
         )
-    if not shutil.which("gpg"):
-        unavailable("gpg is not installed (the report verifies the stand-in's keys with it)")
     return url.rstrip("/"), json.loads(keys)
 
 
@@ -118,7 +115,7 @@ def test_compat_yml_against_the_standin_exits_0(standin, local_sources, tmp_path
     ok = subjects(findings, "OK")
     for distro in STANDIN_DISTROS:
         key = COMPAT["distros"][distro]["key"]
-        assert (distro, f"key {key}") in ok  # fingerprint verified with gpg
+        assert (distro, f"key {key}") in ok  # fingerprint computed and compared
         major = COMPAT["distros"][distro]["default"]["cuda"].split(".")[0]
         assert (distro, f"cudnn9-cuda-{major}") in ok and (distro, "libnccl2") in ok
 

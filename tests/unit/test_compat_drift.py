@@ -107,15 +107,6 @@ def test_pypi_json_as_recorded():
     assert "4.304.01" not in load("nvidia-ml-py").releases  # a release with no files
 
 
-def test_gpg_colons_give_the_primary_fingerprint():
-    colons = (FIXTURES / "gpg-show-keys.colons").read_text()
-    assert drift.parse_gpg_fingerprints(colons) == ["2BB7BD4A58B85C06758DB94B7081BE0935C82640"]
-    sub = "sub:-:2048:1:AAAA:1:::::e:\nfpr:::::::::" + "B" * 40 + ":\n"
-    assert drift.parse_gpg_fingerprints(colons + sub) == [
-        "2BB7BD4A58B85C06758DB94B7081BE0935C82640"
-    ]
-
-
 def test_version_orders():
     key = drift.debian_version_key
     assert key("9.28.1.4-1") > key("9.26.0.51-1")
@@ -187,9 +178,10 @@ def test_key_fingerprint_checks():
     expected = COMPAT["nvidia_repo_keys"]["3bf863cc.pub"]
     ok = drift.check_key("ubuntu2204", "3bf863cc.pub", expected, [expected], "u")
     wrong = drift.check_key("ubuntu2204", "3bf863cc.pub", expected, ["F" * 40], "u")
-    unchecked = drift.check_key("ubuntu2204", "3bf863cc.pub", expected, None, "u")
-    assert (ok.severity, wrong.severity, unchecked.severity) == ("OK", "BREAKING", "WARNING")
-    assert "not checked" in unchecked.message
+    not_a_key = drift.check_key("ubuntu2204", "3bf863cc.pub", expected, [], "u")
+    assert (ok.severity, wrong.severity, not_a_key.severity) == ("OK", "BREAKING", "BREAKING")
+    assert "no key in the file" in not_a_key.message
+    assert drift.key_fingerprints(b"<html>404</html>") == []
 
 
 # ---- PyTorch's index and PyPI --------------------------------------------------------------
@@ -259,7 +251,7 @@ def sources(tmp_path, monkeypatch):
         (tmp_path / "pypi" / page.stem).mkdir(parents=True)
         shutil.copy(page, tmp_path / "pypi" / page.stem / "json")
     fpr = COMPAT["nvidia_repo_keys"]["3bf863cc.pub"]
-    monkeypatch.setattr(drift, "gpg_fingerprints", lambda key: [fpr])
+    monkeypatch.setattr(drift, "key_fingerprints", lambda key: [fpr])
     compat = tmp_path / "compat.yml"
     compat.write_text(yaml.safe_dump(COMPAT))
     return tmp_path
