@@ -87,9 +87,9 @@ def test_legacy_key_removed_and_unrelated_key_kept(host, fingerprints):
     assert not host.file("/etc/apt/trusted.gpg.d/cuda-legacy.gpg").exists
 
 
-def test_downloads_went_through_the_configured_proxy(host):
+def test_downloads_went_through_the_configured_proxy(host, compat):
     conf = host.run_expect([0], "apt-config dump Acquire::http::Proxy").stdout
     assert 'Acquire::http::Proxy::172.17.0.1 "http://127.0.0.1:3128";' in conf
     log = host.file("/var/log/standin-forward-proxy.log").content_string.splitlines()
-    assert f"GET {repo_url(host)}3bf863cc.pub" in log
+    assert f"GET {repo_url(host)}{compat['distros'][distro(host)]['key']}" in log
     assert any(line.startswith(f"GET {repo_url(host)}") and "Release" in line for line in log)
