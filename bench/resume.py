@@ -4,8 +4,9 @@ that cannot go on is refused at once.
 In order: no other option beside --resume (the saved configuration is reused); the sweep's lock
 (bench.sweep_lock: a second controller is refused with the first one's identity); the results
 read back, every damaged or missing file rebuilt from what survives (bench.results); then what
-an earlier controller of this sweep left running on this machine is stopped (bench.launchers.stop,
-by the sweep's tag). Failures are ConfigError (exit status 2), each saying how to recover.
+an earlier controller of this sweep left running is stopped (bench.launchers.stop, by the sweep's
+tag): on every --hosts node first (a node that cannot be reached refuses the resume), then on
+this machine. Failures are ConfigError (exit status 2), each saying how to recover.
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from bench.config import BenchConfig, ConfigError, Request
+from bench.hosts import ClusterConfig, host_names
 from bench.launchers import SWEEP_TAG_VAR
-from bench.launchers.stop import STOP, StopPolicy, stop_tagged
+from bench.launchers.stop import STOP, StopPolicy, stop_script, stop_tagged
+from bench.launchers.transport import last_line, on_all, run_on_host, ssh_options_for
 from bench.options import explicit_options
 from bench.results import ResultStore, StoreError
 from bench.sweep_lock import LockHeld, SweepLock, acquire
@@ -76,6 +79,45 @@ def stop_leftovers(directory: Path, sweep_id: str, policy: StopPolicy = STOP) ->
     return pids
 
 
+def stop_on_hosts(
+    directory: Path, cluster: ClusterConfig | None, sweep_id: str, policy: StopPolicy = STOP
+) -> dict[str, list[str]]:
+    """--hosts: stop every process of this sweep still running on any of its hosts (the node
+    stop script, by the sweep's tag, over the sweep's ssh options), all hosts at once; returns
+    host -> the processes stopped there. A host that cannot be reached (or whose script fails)
+    refuses the resume: ranks of the sweep may still hold its GPUs and would skew every figure.
+
+    Under --slurm nothing runs here: Slurm picks the nodes per job and knows no hosts of the
+    sweep. A job an earlier controller left runs until its --time limit (the run's timeout plus
+    the startup allowance); each job takes its nodes --exclusive, so the resumed sweep's jobs
+    queue behind it instead of sharing its nodes (see bench/README.md, Stopping).
+    """
+    if cluster is None or cluster.slurm or not sweep_id:
+        return {}
+    hosts = host_names(cluster.placement)
+    options = ssh_options_for(cluster)
+    script = stop_script(SWEEP_TAG_VAR, sweep_id, policy, describe=True)
+    timeout_s = policy.grace_s + options.connect_timeout_s + 60
+    results = on_all(hosts, lambda h: run_on_host(h, script, options, timeout_s))
+    failed = {h: r for h, r in results.items() if r.returncode != 0}
+    if failed:
+        lines = [f"{h}: rc={r.returncode}: {last_line(r.stderr or r.stdout)}"
+                 for h, r in failed.items()]  # fmt: skip
+        raise _refused(
+            f"cannot make sure that no rank of this sweep is left on {len(failed)} of "
+            f"{len(hosts)} host(s) (its ranks may still hold their GPUs):\n      "
+            + "\n      ".join(lines)
+            + f"\n    Bring the host back, or stop its processes with {SWEEP_TAG_VAR}="
+            f"{sweep_id} in their environment, then resume again."
+        )
+    stopped = {h: r.stdout.strip().splitlines() for h, r in results.items() if r.stdout.strip()}
+    for host, lines in stopped.items():
+        say(directory, f"{host}: an earlier controller left processes of this sweep there:")
+        for line in lines:
+            say(directory, f"{host}:   {line}")
+    return stopped
+
+
 def open_saved(request: Request, argv: Sequence[str], policy: StopPolicy = STOP) -> Saved | None:
     """--resume: the saved sweep, locked, read back and cleared of leftovers; None for a
     fresh sweep."""
@@ -99,7 +141,10 @@ def open_saved(request: Request, argv: Sequence[str], policy: StopPolicy = STOP)
     try:
         store = ResultStore(directory)
         config, meta = read_saved(store)
-        stop_leftovers(directory, str(meta.get("sweep_id", "")), policy)
+        sweep_id = str(meta.get("sweep_id", ""))
+        # the hosts first: on test hosts sharing this kernel the local stop would see theirs too
+        stop_on_hosts(directory, config.cluster, sweep_id, policy)
+        stop_leftovers(directory, sweep_id, policy)
     except BaseException:
         lock.release()
         raise

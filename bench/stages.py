@@ -122,15 +122,24 @@ def fresh_sweep(request: Request, env: Environment) -> Sweep:
     return Sweep(config, store, meta)
 
 
+def node_problems(sweep: Sweep, nodes: SshLauncher | None) -> list[str]:
+    """--hosts: the nodes differ in what the sweep's launchers depend on (listed with the other
+    problems of the request, in the same refusal)."""
+    if nodes is None:
+        return []
+    config = sweep.config
+    try:
+        nodes.check([x for x in config.launchers if x not in sweep.unavailable], config.device)
+    except RemoteError as exc:
+        return [str(exc).replace("\n", "\n    ")]
+    return []
+
+
 def choose_launcher(sweep: Sweep, nodes: SshLauncher | None) -> Launcher:
-    """Where the launches run; --hosts nodes are checked for the launchers that run there."""
+    """Where the launches run (the --hosts nodes were checked by node_problems)."""
     config = sweep.config
     containers = launcher_containers(sweep.containers, config)
     if nodes is not None:
-        try:
-            nodes.check([x for x in config.launchers if x not in sweep.unavailable], config.device)
-        except RemoteError as exc:
-            raise ConfigError("  - " + str(exc).replace("\n", "\n    ")) from None
         nodes.containers = containers
         return nodes
     if config.cluster is not None:
@@ -180,13 +189,14 @@ def _prepare(request: Request, env: Environment, saved: Saved | None) -> Sweep:
         sweep = fresh_sweep(request, env)
     earlier = request_problems(request) if saved is None else []
     errors = [*earlier, *problems(sweep.config, env, models.available_models())]
+    sweep.unavailable = unavailable_launchers(sweep.config, env)
+    errors += node_problems(sweep, nodes)
     if not errors:  # the images are checked only for a sweep that is otherwise possible
         try:
             sweep.containers = check_containers(sweep.config, env)
         except ConfigError as exc:
             errors.append(str(exc).removeprefix("  - "))
     refuse(errors)
-    sweep.unavailable = unavailable_launchers(sweep.config, env)
     sweep.launcher = choose_launcher(sweep, nodes)
     plan(sweep, env)
     return sweep

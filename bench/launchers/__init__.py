@@ -33,8 +33,9 @@ REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 # forwards its environment to remote ranks, the Slurm job script exports it): stopping a launch
 # finds its processes on each node by that exact value, and nothing else.
 RUN_TAG_VAR = "GPUSTACK_BENCH_RUN"
-# Every local process of a launch also carries SWEEP_TAG_VAR=<sweep id>: a resumed sweep finds
-# and stops what an earlier controller of the same sweep left running.
+# Every process of a launch also carries SWEEP_TAG_VAR=<sweep id>, wherever it runs (this machine,
+# a --hosts node, its container, a Slurm job): a resumed sweep finds and stops what an earlier
+# controller of the same sweep left running, here and on every node of the sweep.
 SWEEP_TAG_VAR = "GPUSTACK_BENCH_SWEEP"
 # Variables of the sweep's own environment that reach every rank wherever it runs (another node,
 # a container), as they reach local ranks: the collective libraries' settings, the bench's own.
@@ -108,8 +109,10 @@ class Launcher(Protocol):
     def run(self, spec: RunSpec | ProbeSpec, timeout_s: float, log_path: Path) -> ExecResult: ...
 
 
-def rank_environment(threads: int, device: str) -> dict[str, str]:
+def rank_environment(threads: int, device: str, sweep_id: str = "") -> dict[str, str]:
     """Variables every rank gets, whichever launcher and backend starts it.
+
+    sweep_id: the sweep's tag (SWEEP_TAG_VAR), set here once for every backend.
 
     Threads per rank are set explicitly for both launchers (torchrun would force 1,
     horovodrun leaves one thread per core in every rank). NCCL_DEBUG=INFO makes NCCL name the
@@ -127,6 +130,8 @@ def rank_environment(threads: int, device: str) -> dict[str, str]:
     }
     if device == "cuda" and "NCCL_DEBUG" not in os.environ:
         env["NCCL_DEBUG"] = "INFO"
+    if sweep_id:
+        env[SWEEP_TAG_VAR] = sweep_id
     return env
 
 

@@ -10,7 +10,6 @@ from pathlib import Path
 
 from bench.launchers import (
     REPO_ROOT,
-    SWEEP_TAG_VAR,
     ExecResult,
     Launch,
     launch_of,
@@ -101,9 +100,7 @@ class LocalLauncher:
                 f"the local launcher runs on {LOCAL_HOST} only, "
                 f"got {format_hosts(launch.placement)}"
             )
-        env = rank_environment(launch.threads_per_rank, launch.device)
-        if launch.sweep_id:
-            env[SWEEP_TAG_VAR] = launch.sweep_id
+        env = rank_environment(launch.threads_per_rank, launch.device, launch.sweep_id)
         tools = self.containers.tools(launch.image) if launch.image else self.tools
         if launch.launcher == "dp":
             argv = dataparallel_argv(tools.python, module=launch.module, args=launch.args)

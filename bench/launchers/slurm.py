@@ -416,7 +416,7 @@ class SlurmLauncher:
     def slurm_run(self, launch: Launch, timeout_s: float, run_dir: Path) -> SlurmRun:
         # The job script sets PYTHONPATH to the checkout on the nodes; sbatch passes the rest of
         # the submitting environment through.
-        env = rank_environment(launch.threads_per_rank, launch.device)
+        env = rank_environment(launch.threads_per_rank, launch.device, launch.sweep_id)
         env.pop("PYTHONPATH")
         return SlurmRun(
             launch=launch, tools=self.tools, workdir=self.cluster.remote_workdir,

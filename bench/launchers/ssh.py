@@ -189,7 +189,8 @@ class SshLauncher:
         advertises the address the others reach it on), or horovodrun on the first node."""
         if launch.launcher == "dp":  # bench.config refuses dp with --hosts first
             raise ValueError("DataParallel runs on one machine, not across --hosts nodes")
-        placement, base = launch.placement, rank_environment(launch.threads_per_rank, launch.device)
+        placement = launch.placement
+        base = rank_environment(launch.threads_per_rank, launch.device, launch.sweep_id)
         env = self.node_env(placement)
         first = placement[0].host
         if launch.launcher == "horovod":

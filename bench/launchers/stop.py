@@ -127,13 +127,16 @@ def _alive(pids: Sequence[int]) -> list[int]:
     return alive
 
 
-def stop_script(tag_var: str, tag: str, policy: StopPolicy = STOP, container: str = "") -> str:
+def stop_script(
+    tag_var: str, tag: str, policy: StopPolicy = STOP, container: str = "", describe: bool = False
+) -> str:
     """sh: stop every process on this node whose environment has tag_var=tag.
 
     Only processes in the same network namespace as the script count: on real nodes that is all
     of them; on test hosts sharing one kernel it keeps one host's cleanup off the others.
     container: the launch's container on this node (its ranks carry the tag as well and share
     the node's network namespace): signalled first, removed by force when the script ends.
+    describe: first print "stopping PID COMMAND LINE" for each process found.
     """
     for name in (tag, container):
         if name and not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
@@ -144,6 +147,13 @@ def stop_script(tag_var: str, tag: str, policy: StopPolicy = STOP, container: st
         f"trap 'docker rm --force {container} >/dev/null 2>&1' EXIT\n"
         f"docker kill --signal={first} {container} >/dev/null 2>&1\n"
         if container
+        else ""
+    )
+    listing = (
+        r"""for p in $pids; do echo "stopping $p $(tr '\0' ' ' 2>/dev/null </proc/$p/cmdline"""
+        r""" | cut -c1-160)"; done"""
+        "\n"
+        if describe
         else ""
     )
     return f"""
@@ -158,7 +168,7 @@ find_run() {{
 }}
 pids=$(find_run)
 [ -z "$pids" ] && exit 0
-kill -{first} $pids 2>/dev/null
+{listing}kill -{first} $pids 2>/dev/null
 end=$(($(date +%s) + {grace}))
 while [ "$(date +%s)" -lt "$end" ]; do
   sleep 0.2

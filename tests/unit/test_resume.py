@@ -1,8 +1,9 @@
 """--resume (issue 25): the lock is taken and what an earlier controller of the sweep left
-running on this machine is stopped before anything else happens."""
+running, on its --hosts nodes and on this machine, is stopped before anything else happens."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -12,17 +13,53 @@ from pathlib import Path
 import pytest
 from bench_builders import config_for, cpu_machine
 
+from bench import resume
+from bench.config import ConfigError
+from bench.hosts import ClusterConfig
 from bench.launchers import SWEEP_TAG_VAR
-from bench.launchers.stop import StopPolicy
+from bench.launchers.stop import StopPolicy, stop_script
+from bench.launchers.transport import SshOptions
 from bench.options import parse_request
 from bench.results import ResultStore
 from bench.resume import open_saved
 from bench.sweep_lock import LOCK_NAME, read_holder
 
 
-def saved_sweep(directory: Path, sweep_id: str) -> None:
+def saved_sweep(directory: Path, sweep_id: str, cluster: ClusterConfig | None = None) -> None:
     config = config_for(["--out", str(directory.parent)], cpu_machine())
+    config = dataclasses.replace(config, cluster=cluster)
     ResultStore(directory).create({"sweep_id": sweep_id, "config": config.to_dict()})
+
+
+CLUSTER = ClusterConfig(hosts=(("gpu01", 8), ("gpu02", 8)), node_counts=(1, 2),
+                        gpus_per_node=(8,), ssh_port=2222, ssh_user="u",
+                        remote_python="/venv/bin/python", remote_workdir="/srv/bench")  # fmt: skip
+QUICK = StopPolicy(grace_s=0.5)
+
+
+class FakeNodes:
+    """run_on_host as the nodes would answer it: host -> (rc, stdout, stderr); records every
+    call, and when this machine's own stop ran, in order."""
+
+    def __init__(self, answers: dict[str, tuple[int, str, str]]) -> None:
+        self.answers = answers
+        self.calls: list[tuple[str, str, SshOptions]] = []
+
+    def run_on_host(self, host: str, command: str, options: SshOptions, timeout_s: float):  # type: ignore[no-untyped-def]
+        self.calls.append((host, command, options))
+        rc, out, err = self.answers[host]
+        return subprocess.CompletedProcess(["ssh", host], rc, out, err)
+
+    def stop_tagged(self, tag_var: str, tag: str, policy: StopPolicy) -> list[int]:
+        self.calls.append(("this machine", f"{tag_var}={tag}", SshOptions()))
+        return []
+
+
+def resume_with(nodes: FakeNodes, directory: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(resume, "run_on_host", nodes.run_on_host)
+    monkeypatch.setattr(resume, "stop_tagged", nodes.stop_tagged)
+    argv = ["--resume", str(directory)]
+    return open_saved(parse_request(argv), argv, QUICK)
 
 
 def test_resume_stops_what_an_earlier_controller_left_and_takes_the_lock(
@@ -52,3 +89,51 @@ def test_resume_stops_what_an_earlier_controller_left_and_takes_the_lock(
     assert holder is not None and holder.pid == os.getpid()
     saved.lock.release()
     assert not (tmp_path / "s" / LOCK_NAME).exists()
+
+
+def test_resume_runs_the_stop_script_on_every_host_of_the_sweep_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    saved_sweep(tmp_path / "s", "sweep-h1", CLUSTER)
+    left = "stopping 4242 /venv/bin/python -m bench.rank.worker --spec abc\n"
+    nodes = FakeNodes({"gpu01": (0, "", ""), "gpu02": (0, left, "")})
+    saved = resume_with(nodes, tmp_path / "s", monkeypatch)
+    assert saved is not None
+    saved.lock.release()
+    script = stop_script(SWEEP_TAG_VAR, "sweep-h1", QUICK, describe=True)
+    assert sorted(c[:2] for c in nodes.calls[:2]) == [("gpu01", script), ("gpu02", script)]
+    assert all(c[2].port == 2222 and c[2].user == "u" for c in nodes.calls[:2])  # its ssh
+    assert nodes.calls[2][:2] == ("this machine", f"{SWEEP_TAG_VAR}=sweep-h1")  # then here
+    err = capsys.readouterr().err
+    assert "gpu02: an earlier controller left processes of this sweep there:" in err
+    assert "gpu02:   stopping 4242 /venv/bin/python -m bench.rank.worker" in err
+    assert "gpu01" not in err  # nothing was left there
+
+
+def test_an_unreachable_host_refuses_the_resume_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    saved_sweep(tmp_path / "s", "sweep-h2", CLUSTER)
+    refused = "ssh: connect to host gpu02 port 2222: No route to host"
+    nodes = FakeNodes({"gpu01": (0, "", ""), "gpu02": (255, "", refused)})
+    with pytest.raises(ConfigError) as raised:
+        resume_with(nodes, tmp_path / "s", monkeypatch)
+    message = str(raised.value)
+    assert "no rank of this sweep is left on 1 of 2 host(s)" in message
+    assert f"gpu02: rc=255: {refused}" in message
+    assert f"{SWEEP_TAG_VAR}=sweep-h2" in message  # how to find them by hand
+    assert "gpu01:" not in message
+    assert [c[0] for c in nodes.calls if c[0] == "this machine"] == []  # refused before
+    assert not (tmp_path / "s" / LOCK_NAME).exists()  # the lock is given back
+
+
+def test_a_slurm_or_single_machine_sweep_reaches_no_host(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, cluster in (("slurm", dataclasses.replace(CLUSTER, slurm=True)), ("local", None)):
+        saved_sweep(tmp_path / name, f"sweep-{name}", cluster)
+        nodes = FakeNodes({})
+        saved = resume_with(nodes, tmp_path / name, monkeypatch)
+        assert saved is not None
+        saved.lock.release()
+        assert [c[0] for c in nodes.calls] == ["this machine"]

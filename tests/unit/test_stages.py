@@ -3,6 +3,7 @@ resume. (The integration tests launch the real thing.)"""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -93,3 +94,21 @@ def test_resume_refuses_a_sweep_json_without_a_workload(tmp_path: Path, machine)
     (tmp_path / "sweep.json").write_text(json.dumps({"sweep_id": "old", "config": {"steps": 8}}))
     with pytest.raises(ConfigError, match="no 'workload' in its config"):
         prepare(["--resume", str(tmp_path)], machine)
+
+
+def test_nodes_that_differ_are_refused_with_the_other_problems_at_once(
+    tmp_path: Path, machine, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    from test_ssh import ssh_launcher
+
+    nodes = ssh_launcher()
+    nodes.infos["gpu02"] = dataclasses.replace(nodes.infos["gpu02"], torch="2.12.0")
+    monkeypatch.setattr(stages, "connect", lambda cluster: nodes)
+    plain_file = tmp_path / "plain"
+    plain_file.write_text("")
+    argv = ["--out", str(plain_file), "--hosts", "gpu01:8,gpu02:8", "--launchers", "ddp"]
+    with pytest.raises(ConfigError) as raised:
+        prepare(argv, machine)
+    message = str(raised.value)
+    assert "--out" in message  # a problem of the request ...
+    assert "2.12.0" in message and "gpu02" in message  # ... and the nodes', in one refusal
