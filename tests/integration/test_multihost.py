@@ -264,3 +264,58 @@ def test_playbook_runs_the_sweep_on_the_hosts_and_fetches_results(
     )  # fmt: skip
     assert known.returncode == 0
     assert tagged_processes() == []
+
+
+def test_resume_first_stops_what_an_earlier_controller_left_on_a_host(
+    hosts: Path, tmp_path: Path
+) -> None:
+    done = bench(
+        tmp_path, "--hosts", f"{HOST1}:1,{HOST2}:1", "--nodes", "1", "--gpus-per-node", "1",
+        "--launchers", "ddp", "--repeats", "1", "--no-probe", *ssh_args(hosts),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
+    directory = sweep_dir(tmp_path)
+    sweep_id = json.loads((directory / "sweep.json").read_text())["sweep_id"]
+    # a rank an earlier controller left on gsb2: the sweep's tag, inside that host
+    left = subprocess.Popen(
+        ["nsenter", "--net=/run/netns/gsb2", "--", "sleep", "300"],
+        env={**os.environ, "GPUSTACK_BENCH_SWEEP": sweep_id},
+    )  # fmt: skip
+    try:
+        resumed = subprocess.run(
+            [sys.executable, "-m", "bench.scaling", "--resume", str(directory)],
+            capture_output=True, text=True, timeout=300, cwd=REPO,
+        )  # fmt: skip
+        assert left.wait(timeout=5) == -signal.SIGTERM
+    finally:
+        left.kill()
+        left.wait()
+    assert resumed.returncode == 0, resumed.stderr[-4000:]
+    # stopped by gsb2's stop script (which runs before this machine's own stop), and said so
+    assert f"{HOST2}: an earlier controller left processes of this sweep there:" in resumed.stderr
+    assert f"{HOST2}:   stopping {left.pid} sleep 300" in resumed.stderr
+    assert f"{HOST1}: an earlier" not in resumed.stderr
+
+
+def test_resume_is_refused_while_a_host_of_the_sweep_is_unreachable(
+    hosts: Path, tmp_path: Path
+) -> None:
+    done = bench(
+        tmp_path, "--hosts", f"{HOST1}:1", "--launchers", "ddp", "--repeats", "1",
+        "--no-probe", *ssh_args(hosts),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
+    directory = sweep_dir(tmp_path)
+    # the sweep also had a host that is gone now: an address on the bridge nobody answers
+    gone = f"{SUBNET}.99"
+    document = json.loads((directory / "sweep.json").read_text())
+    document["config"]["cluster"]["hosts"].append([gone, 1])
+    (directory / "sweep.json").write_text(json.dumps(document))
+    resumed = subprocess.run(
+        [sys.executable, "-m", "bench.scaling", "--resume", str(directory)],
+        capture_output=True, text=True, timeout=120, cwd=REPO,
+    )  # fmt: skip
+    assert resumed.returncode == 2, resumed.stderr[-4000:]
+    assert "no rank of this sweep is left on 1 of 2 host(s)" in resumed.stderr
+    assert f"{gone}: rc=255: ssh: connect to host {gone} port {PORT}" in resumed.stderr
+    assert not (directory / "controller.lock").exists()
