@@ -11,12 +11,11 @@ def newest(distro, defaults, standin):
     return standin.newest(f"cuda-drivers-{defaults.branch}", distro).split("-", 1)[0]
 
 
-def test_newest_driver_of_branch_installed(host, newest, defaults):
+def test_newest_driver_of_branch_installed(host, newest, distro, defaults, compat):
     status = ds.assert_driver_installed(host, "nvidia_repo", newest)
     # Other branches exist in the repo (on Debian under the same names) but are not used.
-    assert not any(
-        not v.startswith(f"{defaults.branch}.") for v, a in status.values() if a[1] == "i"
-    )
+    others = tuple(f"{b}." for b in compat["distros"][distro]["branches"] if b != defaults.branch)
+    assert not any(v.startswith(others) for v, a in status.values() if a[1] == "i")
 
 
 def test_resolved_version_pinned_for_apt(host, newest):
