@@ -5,7 +5,8 @@ In order: no other option beside --resume (the saved configuration is reused); t
 (bench.sweep_lock: a second controller is refused with the first one's identity); the results
 read back, every damaged or missing file rebuilt from what survives (bench.results); then what
 an earlier controller of this sweep left running is stopped (bench.launchers.stop, by the sweep's
-tag): on every --hosts node first (a node that cannot be reached refuses the resume), then on
+tag): on every --hosts node first (a node that cannot be reached refuses the resume), or the
+--slurm jobs whose comment names the sweep (squeue not answering refuses the resume), then on
 this machine. Failures are ConfigError (exit status 2), each saying how to recover.
 """
 
@@ -20,8 +21,15 @@ from typing import Any
 
 from bench.config import BenchConfig, ConfigError, Request
 from bench.hosts import ClusterConfig, host_names
-from bench.launchers import SWEEP_TAG_VAR
-from bench.launchers.stop import STOP, StopPolicy, stop_script, stop_tagged
+from bench.launchers import SWEEP_TAG_VAR, sweep_comment
+from bench.launchers.stop import (
+    STOP,
+    SlurmQueueError,
+    StopPolicy,
+    stop_script,
+    stop_slurm_jobs_with_comment,
+    stop_tagged,
+)
 from bench.launchers.transport import last_line, on_all, run_on_host, ssh_options_for
 from bench.options import explicit_options
 from bench.results import ResultStore, StoreError
@@ -88,9 +96,7 @@ def stop_on_hosts(
     refuses the resume: ranks of the sweep may still hold its GPUs and would skew every figure.
 
     Under --slurm nothing runs here: Slurm picks the nodes per job and knows no hosts of the
-    sweep. A job an earlier controller left runs until its --time limit (the run's timeout plus
-    the startup allowance); each job takes its nodes --exclusive, so the resumed sweep's jobs
-    queue behind it instead of sharing its nodes (see bench/README.md, Stopping).
+    sweep; stop_slurm_leftovers cancels its jobs instead.
     """
     if cluster is None or cluster.slurm or not sweep_id:
         return {}
@@ -116,6 +122,45 @@ def stop_on_hosts(
         for line in lines:
             say(directory, f"{host}:   {line}")
     return stopped
+
+
+# How long a cancelled job may stay in squeue (COMPLETING: its nodes ending its processes, the
+# epilog) before the resume goes on without it; its nodes stay --exclusive to it until then.
+SLURM_GONE_WAIT_S = 120.0
+
+
+def stop_slurm_leftovers(
+    directory: Path,
+    cluster: ClusterConfig | None,
+    sweep_id: str,
+    policy: StopPolicy = STOP,
+    wait_s: float = SLURM_GONE_WAIT_S,
+) -> list[str]:
+    """--slurm: cancel every job of this sweep still queued or running (an earlier controller
+    killed with kill -9 leaves `sbatch --wait`'s job running until its --time limit), found by
+    the comment every job of the sweep carries, with the common stop policy through scancel;
+    returns their ids. When squeue cannot answer, the resume is refused: the jobs may still
+    hold their nodes' GPUs."""
+    if cluster is None or not cluster.slurm or not sweep_id:
+        return []
+    comment = sweep_comment(sweep_id)
+    try:
+        jobs, still = stop_slurm_jobs_with_comment(comment, policy, wait_s)
+    except SlurmQueueError as exc:
+        raise _refused(
+            f"cannot make sure that no Slurm job of this sweep is left (its ranks may still "
+            f"hold their GPUs): {exc}\n    Make squeue answer, or cancel this user's jobs with "
+            f"the comment {comment} (squeue --me --format='%i %k'; scancel ID), then resume "
+            "again."
+        ) from None
+    if jobs:
+        say(directory, f"cancelled {len(jobs)} Slurm job(s) an earlier controller left "
+                       f"({comment}): {' '.join(jobs)}")  # fmt: skip
+    if still:
+        say(directory, f"Slurm job(s) {' '.join(still)} still listed by squeue after "
+                       f"{wait_s:.0f} s (completing); going on: their nodes stay theirs "
+                       "(--exclusive), so this sweep's jobs queue behind them")  # fmt: skip
+    return jobs
 
 
 def open_saved(request: Request, argv: Sequence[str], policy: StopPolicy = STOP) -> Saved | None:
@@ -144,6 +189,7 @@ def open_saved(request: Request, argv: Sequence[str], policy: StopPolicy = STOP)
         sweep_id = str(meta.get("sweep_id", ""))
         # the hosts first: on test hosts sharing this kernel the local stop would see theirs too
         stop_on_hosts(directory, config.cluster, sweep_id, policy)
+        stop_slurm_leftovers(directory, config.cluster, sweep_id, policy)
         stop_leftovers(directory, sweep_id, policy)
     except BaseException:
         lock.release()

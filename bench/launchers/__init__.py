@@ -37,6 +37,10 @@ RUN_TAG_VAR = "GPUSTACK_BENCH_RUN"
 # a --hosts node, its container, a Slurm job): a resumed sweep finds and stops what an earlier
 # controller of the same sweep left running, here and on every node of the sweep.
 SWEEP_TAG_VAR = "GPUSTACK_BENCH_SWEEP"
+# A Slurm job of the sweep also carries the sweep id in its comment, which slurmctld keeps and
+# squeue lists (%k) without reaching the job's nodes: a resumed --slurm sweep cancels the jobs an
+# earlier controller left by it (bench.resume).
+SWEEP_COMMENT_PREFIX = "gpustack-sweep:"
 # Variables of the sweep's own environment that reach every rank wherever it runs (another node,
 # a container), as they reach local ranks: the collective libraries' settings, the bench's own.
 FORWARDED_PREFIXES = ("NCCL_", "GLOO_", "HOROVOD_", "TORCH_NCCL_", "TORCH_DISTRIBUTED_", "UCX_",
@@ -133,6 +137,11 @@ def rank_environment(threads: int, device: str, sweep_id: str = "") -> dict[str,
     if sweep_id:
         env[SWEEP_TAG_VAR] = sweep_id
     return env
+
+
+def sweep_comment(sweep_id: str) -> str:
+    """The Slurm job comment that names the sweep a job belongs to."""
+    return f"{SWEEP_COMMENT_PREFIX}{sweep_id}"
 
 
 def new_tag(prefix: str = "gsb") -> str:

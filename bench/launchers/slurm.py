@@ -40,6 +40,7 @@ from bench.launchers import (
     launch_of,
     rank_environment,
     socket_ifname_var,
+    sweep_comment,
 )
 from bench.launchers.argv import (
     Tools,
@@ -112,8 +113,9 @@ class SlurmRun:
             raise ValueError("a Horovod run needs the path of horovodrun")
         if len({h.slots for h in self.launch.placement}) != 1:
             raise ValueError("a Slurm job runs the same number of ranks on every node")
-        if not re.fullmatch(r"[A-Za-z0-9_.-]+", self.run_id):
-            raise ValueError(f"run id {self.run_id!r} must be letters, digits, '.', '_' or '-'")
+        for what, name in (("run id", self.run_id), ("sweep id", self.launch.sweep_id or "-")):
+            if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+                raise ValueError(f"{what} {name!r} must be letters, digits, '.', '_' or '-'")
 
     @property
     def run_id(self) -> str:
@@ -153,6 +155,10 @@ def allocation_args(run: SlurmRun, options: SlurmOptions) -> list[str]:
         "--ntasks-per-node=1",
         f"--time={run.time_limit_min}",
     ]
+    if run.launch.sweep_id:
+        # sbatch(1)/salloc(1) --comment=<string>: "An arbitrary comment" (Slurm 22.05.8, Debian
+        # 12's slurm-client, checked 2026-11-24): how a resume finds the jobs of its sweep.
+        args.append(f"--comment={sweep_comment(run.launch.sweep_id)}")
     if run.gpu:
         args.append(f"--gpus-per-node={run.ranks_per_node}")
     if options.exclusive:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from bench_builders import config_for, cpu_machine
+from slurm_queue_standin import FakeQueue
 
 from bench import resume
 from bench.config import ConfigError
@@ -130,6 +131,9 @@ def test_an_unreachable_host_refuses_the_resume_naming_it(
 def test_a_slurm_or_single_machine_sweep_reaches_no_host(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # a Slurm sweep asks the queue for its jobs instead (tests/unit/test_slurm_leftovers.py)
+    queue = FakeQueue(tmp_path / "slurm-queue", [])
+    monkeypatch.setenv("PATH", queue.path(os.environ["PATH"]))
     for name, cluster in (("slurm", dataclasses.replace(CLUSTER, slurm=True)), ("local", None)):
         saved_sweep(tmp_path / name, f"sweep-{name}", cluster)
         nodes = FakeNodes({})

@@ -9,6 +9,7 @@ slurmctld/slurmd.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -88,6 +89,22 @@ def test_bad_runs_are_refused() -> None:
     uneven = Launch("r", "ddp", WORKER_MODULE, (), (HostSlots("a", 2), HostSlots("b", 1)), 1, "cpu")
     with pytest.raises(ValueError, match="same number of ranks on every node"):
         make_run(uneven)
+
+
+def test_every_job_carries_its_sweep_in_its_comment() -> None:
+    """The comment a resume finds the sweep's leftover jobs by (bench.resume), in the one
+    request both sbatch (#SBATCH lines) and salloc (its command line) get."""
+    launch = dataclasses.replace(make_launch(), sweep_id="20261124-101500-login1")
+    run = make_run(launch)
+    comment = "--comment=gpustack-sweep:20261124-101500-login1"
+    assert allocation_args(run, SlurmOptions())[4] == comment
+    assert f"#SBATCH {comment}\n" in job_script(run, SlurmOptions())
+    salloc = SlurmOptions(submit="salloc")
+    assert comment in allocation_args(run, salloc) and comment not in job_script(run, salloc)
+    untagged = allocation_args(make_run(), SlurmOptions())
+    assert not any(arg.startswith("--comment") for arg in untagged)
+    with pytest.raises(ValueError, match="sweep id 'a b' must be letters"):
+        make_run(dataclasses.replace(make_launch(), sweep_id="a b"))
 
 
 def test_bad_options_are_refused() -> None:
