@@ -3,19 +3,25 @@
 tests/infra/netns.sh makes the hosts (gss1, gss2 on 10.213.1.0/24, their own subnet so this
 module does not depend on test_multihost.py) and tests/infra/slurm.sh starts munge, slurmctld
 (on the bridge address) and one slurmd per host with a minimal slurm.conf; both are torn down
-afterwards. `python -m bench.scaling --slurm` then submits each configuration with sbatch --wait.
+afterwards. `python -m bench.scaling --slurm` then submits each configuration with sbatch --wait;
+a controller killed with kill -9 leaves its job running, and --resume cancels it (issue 25).
 """
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
 from integration_support import INFRA, REPO, TINY, require_netns_hosts
+
+from bench.launchers.slurm import parse_scontrol_record
 
 SUBNET = "10.213.1"
 PORT = 2214
@@ -89,3 +95,61 @@ def test_sweep_through_slurm_runs_ddp_and_horovod_on_two_nodes(cluster, tmp_path
     scripts = sorted((directory / "slurm").glob("job-*.sh"))
     assert len(scripts) == 2
     assert all("#SBATCH --nodes=2" in s.read_text() for s in scripts)
+
+
+def queue(env: dict[str, str]) -> dict[str, str]:
+    """This user's queued jobs, job id -> comment, as the bench asks squeue for them."""
+    done = subprocess.run(["squeue", "--me", "--noheader", "--format=%i %k"], env=env,
+                          capture_output=True, text=True, timeout=30, check=True)  # fmt: skip
+    return dict(line.split(" ", 1) for line in done.stdout.splitlines())
+
+
+def job_state(env: dict[str, str], job_id: str) -> str:
+    """Slurm's JobState for the job (kept MinJobAge=600 s after it ends)."""
+    done = subprocess.run(["scontrol", "show", "job", "-o", job_id], env=env,
+                          capture_output=True, text=True, timeout=30)  # fmt: skip
+    return parse_scontrol_record(done.stdout).get("JobState", done.stderr.strip())
+
+
+def test_resume_cancels_the_job_a_killed_controller_left(cluster, tmp_path: Path) -> None:
+    """kill -9 of the controller mid-job: sbatch --wait and its job live on (the job would run
+    until its --time limit); --resume finds the job by its comment, cancels it, then runs the
+    configuration again."""
+    env, _ = cluster
+    out = tmp_path / "out"
+    argv = [sys.executable, "-m", "bench.scaling", *TINY, "--out", str(out), "--slurm",
+            "--nodes", "1", "--gpus-per-node", "1", "--launchers", "ddp", "--repeats", "1",
+            "--no-probe", "--timeout", "300"]  # fmt: skip
+    # rank 0 hangs after warm-up: the job runs until stopped
+    controller = subprocess.Popen(argv, env={**env, "BENCH_INJECT_FAULT": "hang@0"}, cwd=REPO,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 240
+        while not (jobs := queue(env)) and time.monotonic() < deadline:
+            assert controller.poll() is None, "the controller ended before its job was queued"
+            time.sleep(1)
+        assert jobs, "no job was queued within 240 s"
+        time.sleep(5)  # into the job's run
+    finally:
+        controller.send_signal(signal.SIGKILL)
+        controller.wait(timeout=30)
+    (directory,) = [d for d in out.iterdir() if d.is_dir()]
+    comment = "gpustack-sweep:" + json.loads((directory / "sweep.json").read_text())["sweep_id"]
+    ((job_id, job_comment),) = jobs.items()
+    assert job_comment == comment
+    time.sleep(3)
+    assert job_id in queue(env)  # the controller is gone; its job is not
+    assert job_state(env, job_id) == "RUNNING"
+
+    resume = [sys.executable, "-m", "bench.scaling", "--resume", str(directory), "--no-progress"]
+    done = subprocess.run(resume, env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert f"cancelled 1 Slurm job(s) an earlier controller left ({comment}): {job_id}" in (
+        done.stderr
+    )
+    assert job_id not in queue(env)
+    # ended by the stop policy's SIGTERM to its batch script (Slurm records that as FAILED with
+    # ExitCode 0:15), or cancelled after the grace period
+    assert job_state(env, job_id) in ("FAILED", "CANCELLED")
+    rows = json.loads((directory / "sweep.json").read_text())["runs"]
+    assert [r["status"] for r in rows] == ["ok"]  # measured again by the resumed controller
