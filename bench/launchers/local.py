@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
@@ -28,6 +29,8 @@ from bench.launchers.docker import Containers, container_name
 from bench.launchers.stop import STOP, StopPolicy, stop_container, stop_tree
 from bench.rank.lifeline import die_with_parent
 from bench.spec import LOCAL_HOST, ProbeSpec, RunSpec, format_hosts
+
+_INTERRUPTS = {signal.SIGINT, signal.SIGTERM}
 
 
 def execute(
@@ -55,26 +58,39 @@ def execute(
     log_path.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     timed_out = False
-    with open(log_path, "wb") as log:
-        log.write(("$ " + " ".join(argv) + "\n").encode())
-        log.flush()
-        proc = subprocess.Popen(
-            list(argv),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env={**os.environ, **env},
-            start_new_session=True,
-            preexec_fn=die_with_parent,  # killed with the controller, even by SIGKILL
-        )
-        try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            stop()
-        except BaseException:
-            stop()
-            raise
+    # An interrupt that lands while the child is being started would leave it running with no
+    # `proc` to stop: Ctrl-C and SIGTERM wait (blocked) until it exists, then arrive in the try.
+    previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _INTERRUPTS)
+
+    def in_child() -> None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)  # exec keeps the mask
+        die_with_parent()  # killed with the controller, even by SIGKILL
+
+    try:
+        with open(log_path, "wb") as log:  # the child writes through its own copy of the file
+            log.write(("$ " + " ".join(argv) + "\n").encode())
+            log.flush()
+            proc = subprocess.Popen(
+                list(argv),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env={**os.environ, **env},
+                start_new_session=True,
+                preexec_fn=in_child,
+            )
+    except BaseException:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
+        raise
+    try:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)  # a blocked interrupt lands here
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        stop()
+    except BaseException:
+        stop()
+        raise
     wall = time.monotonic() - started
     output = log_path.read_text(errors="replace")
     returncode = None if timed_out else proc.returncode

@@ -200,20 +200,20 @@ def test_interrupt_keeps_finished_rows_and_resume_completes(tmp_path: Path) -> N
     finally:
         proc.kill()
     assert proc.returncode == 130, err[-3000:]
-    assert "--resume" in err
+    assert "--resume" in err, err[-3000:]
     (d,) = tmp_path.iterdir()
     first = by_id(d)
-    assert first["ddp-n1-fp32-nchw-r0"]["status"] == "ok"
-    assert first["ddp-n1-fp32-nchw-r1"]["status"] == "interrupted"
+    assert first["ddp-n1-fp32-nchw-r0"]["status"] == "ok", first["ddp-n1-fp32-nchw-r0"]["error"]
+    assert first["ddp-n1-fp32-nchw-r1"]["status"] == "interrupted", first["ddp-n1-fp32-nchw-r1"]
     assert json.loads((d / "sweep.json").read_text())["state"] == "interrupted"
     assert "## Failures" in (d / "report.md").read_text()  # written from what finished
 
     resume = [sys.executable, "-m", "bench.scaling", "--resume", str(d), "--no-progress"]
     done = subprocess.run(resume, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "launching 1 run(s) and 0 probe(s); 1 run(s) already done" in done.stderr
+    assert "launching 1 run(s) and 0 probe(s); 1 run(s) already done" in done.stderr, done.stderr
     after = by_id(d)
-    assert {r["status"] for r in after.values()} == {"ok"} and len(after) == 2
+    assert {r["status"] for r in after.values()} == {"ok"} and len(after) == 2, after
     # the row finished before the interrupt is the same row, not a rerun
     assert after["ddp-n1-fp32-nchw-r0"]["started_at"] == first["ddp-n1-fp32-nchw-r0"]["started_at"]
     assert json.loads((d / "sweep.json").read_text())["state"] == "complete"

@@ -60,7 +60,7 @@ def test_stand_in_offers_the_default_releases_of_each_os(path):
     wanted = {
         "docker-ce": f"5:{release['docker']}-1{suffix}",
         "docker-ce-cli": f"5:{release['docker']}-1{suffix}",
-        "containerd.io": release["containerd"],
+        "containerd.io": release["containerd"] + (suffix if release["containerd_os_suffix"] else ""),
         "docker-buildx-plugin": f"{release['buildx']}-1{suffix}",
         "docker-compose-plugin": f"{release['compose']}-1{suffix}",
     }

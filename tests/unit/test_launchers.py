@@ -6,6 +6,7 @@ runs exactly the builders' argv for the same spec is test_backends_agree.py.
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
@@ -155,6 +156,13 @@ def test_execute_captures_output_and_status(tmp_path: Path) -> None:
     assert log.read_text() == result.output
 
 
+def test_the_child_holds_no_signal_the_controller_held_while_starting_it(tmp_path: Path) -> None:
+    code = "print(open('/proc/self/status').read())"
+    result = execute([sys.executable, "-c", code], {}, 30, tmp_path / "s.log")
+    (blocked,) = [ln for ln in result.output.splitlines() if ln.startswith("SigBlk:")]
+    assert int(blocked.split()[1], 16) == 0  # TERM from the stop policy reaches it
+
+
 def test_free_port_is_bindable() -> None:
     port = free_port()
     with socket.socket() as s:
@@ -199,6 +207,32 @@ def test_timeout_stops_the_whole_tree_term_then_kill(tmp_path: Path) -> None:
     assert result.timed_out and result.returncode is None
     assert "child got TERM" in result.output  # the first signal reached the detached child
     assert _wait_dead(int(pid_file.read_text()))  # and the last one ended it
+
+
+def test_an_interrupt_while_the_child_starts_still_stops_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C landing inside Popen (after the fork, before `proc` exists) is held until the
+    child can be stopped."""
+    import bench.launchers.local as local
+
+    started: list[subprocess.Popen] = []
+    real_popen = subprocess.Popen
+
+    def popen_then_ctrl_c(*args, **kwargs):
+        proc = real_popen(*args, **kwargs)
+        started.append(proc)
+        os.kill(os.getpid(), signal.SIGINT)  # before Popen has returned
+        return proc
+
+    monkeypatch.setattr(local.subprocess, "Popen", popen_then_ctrl_c)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    with pytest.raises(KeyboardInterrupt):
+        execute([sys.executable, "-c", "import time; time.sleep(600)"], {}, 60, tmp_path / "i.log",
+                QUICK)  # fmt: skip
+    (proc,) = started
+    assert proc.returncode is not None  # stopped and reaped, not left running
+    assert signal.pthread_sigmask(signal.SIG_BLOCK, set()) == set()  # and nothing stays held here
 
 
 def test_stop_tree_with_another_policy_sends_its_signals(tmp_path: Path) -> None:
