@@ -17,12 +17,12 @@ Definitions used throughout:
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import stats as scipy_stats
 
 
 def throughput(images: float, seconds: float) -> float:
@@ -81,47 +81,15 @@ MEAN_METHOD = "Student-t interval of the mean over launches"
 RATIO_METHOD = "delta method on log(mean(N) / mean(1)) with Welch-Satterthwaite degrees of freedom"
 
 
-def _t_two_sided_mass(t: float, df: int) -> float:
-    """P(|T| < t) for Student's t with integer `df` (Abramowitz & Stegun 26.7.3-4, exact)."""
-    theta = math.atan(t / math.sqrt(df))
-    sin, cos2 = math.sin(theta), math.cos(theta) ** 2
-    if df % 2 == 1:
-        term = total = math.cos(theta)
-        for j in range(1, df - 2, 2):  # cos + 2/3 cos^3 + (2*4)/(3*5) cos^5 ... up to cos^(df-2)
-            term *= (j + 1) / (j + 2) * cos2
-            total += term
-        return 2.0 / math.pi * (theta + (sin * total if df > 1 else 0.0))
-    term = total = 1.0
-    for j in range(0, df - 2, 2):  # 1 + 1/2 cos^2 + (1*3)/(2*4) cos^4 ... up to cos^(df-2)
-        term *= (j + 1) / (j + 2) * cos2
-        total += term
-    return sin * total
+def t_quantile(confidence: float, df: float) -> float:
+    """t such that P(|T| < t) = confidence for Student's t with `df` degrees of freedom.
 
-
-@functools.lru_cache(maxsize=256)
-def t_quantile(confidence: float, df: int) -> float:
-    """t such that P(|T| < t) = confidence: the two-sided critical value of Student's t."""
-    if df < 1 or not 0.0 < confidence < 1.0:
-        raise ValueError(f"need df >= 1 and 0 < confidence < 1, got df={df}, {confidence}")
-    low, high = 0.0, 1.0
-    while _t_two_sided_mass(high, df) < confidence:
-        high *= 2.0
-    for _ in range(200):
-        mid = (low + high) / 2.0
-        if _t_two_sided_mass(mid, df) < confidence:
-            low = mid
-        else:
-            high = mid
-    return (low + high) / 2.0
-
-
-def t_quantile_real(confidence: float, df: float) -> float:
-    """t_quantile at a non-integer df (Welch): linear in 1/df between the neighbouring integers."""
-    below = max(1, math.floor(df))
-    if df <= below:
-        return t_quantile(confidence, below)
-    weight = (1.0 / below - 1.0 / df) / (1.0 / below - 1.0 / (below + 1))
-    return (1 - weight) * t_quantile(confidence, below) + weight * t_quantile(confidence, below + 1)
+    `df` may be real: the Welch-Satterthwaite df of a ratio of two sets of launches is not an
+    integer, and the quantile is taken at it, not at a neighbouring integer.
+    """
+    if df <= 0 or not 0.0 < confidence < 1.0:
+        raise ValueError(f"need df > 0 and 0 < confidence < 1, got df={df}, {confidence}")
+    return float(scipy_stats.t.ppf((1.0 + confidence) / 2.0, df))
 
 
 def mean(samples: Sequence[float]) -> float:
@@ -132,7 +100,7 @@ def coefficient_of_variation(samples: Sequence[float]) -> float:
     """Sample standard deviation / mean over launches; NaN with fewer than two."""
     if len(samples) < 2:
         return math.nan
-    return float(np.std(samples, ddof=1) / np.mean(samples))
+    return float(scipy_stats.variation(samples, ddof=1))
 
 
 def t_interval(
@@ -148,7 +116,7 @@ def t_interval(
     if data.size < 2:
         return NO_INTERVAL
     centre = float(data.mean())
-    half = t_quantile(confidence, data.size - 1) * float(data.std(ddof=1)) / math.sqrt(data.size)
+    half = t_quantile(confidence, data.size - 1) * float(scipy_stats.sem(data))
     return Interval(max(centre - half, floor), centre + half)
 
 
@@ -170,12 +138,13 @@ def ratio_interval(
     if num.size < 2 or den.size < 2 or num.mean() <= 0 or den.mean() <= 0:
         return NO_INTERVAL
     ratio = scale * float(num.mean() / den.mean())
-    parts = [float(x.var(ddof=1) / (x.size * x.mean() ** 2)) for x in (num, den)]
+    # var(log mean) ~ (standard error / mean)^2 for each set of launches
+    parts = [float((scipy_stats.sem(x) / x.mean()) ** 2) for x in (num, den)]
     variance = sum(parts)
     if variance == 0.0:
         return Interval(ratio, ratio)
     df = variance**2 / sum(v**2 / (x.size - 1) for v, x in zip(parts, (num, den), strict=True))
-    half = t_quantile_real(confidence, df) * math.sqrt(variance)
+    half = t_quantile(confidence, df) * math.sqrt(variance)
     return Interval(ratio * math.exp(-half), ratio * math.exp(half))
 
 

@@ -31,6 +31,7 @@ target=(--python-version 3.11 --implementation cp --abi cp311 --abi abi3 --abi n
 binaries=(
   torch==2.13.0+cpu torchvision==0.28.0
   numpy==2.4.6 pandas==3.1.1 pyarrow==26.0.1 matplotlib==3.11.2 nvidia-ml-py==13.615.71 tqdm==4.70.1
+  scipy==1.17.1
   setuptools==84.2.1 wheel==0.48.0 packaging==26.3
   cloudpickle==3.1.2 psutil==7.2.2 pyyaml==6.0.3 cffi==2.1.1
 )

@@ -101,7 +101,10 @@ def test_cupy_for_torchs_cuda_major(host):
 
 
 def test_training_packages_import(host):
-    out = py(host, "import pandas, pyarrow, matplotlib, pynvml, tqdm, bench; print(bench.__name__)")
+    out = py(
+        host,
+        "import pandas, pyarrow, matplotlib, pynvml, tqdm, scipy, bench; print(bench.__name__)",
+    )
     assert out == "bench"
 
 
