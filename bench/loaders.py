@@ -21,14 +21,14 @@ import re
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
-from bench.spec import LOADERS, NO_LOADER, SYNTHETIC
+from bench.paths import REPO_ROOT
+from bench.rank.loaders import LOADERS
+from bench.spec import NO_LOADER, SYNTHETIC
 
 DEFAULT_ORDER = ("dali", "nvjpeg", "torch")
 _DALI_WHEEL = re.compile(r"^nvidia[-_]dali[-_](?:(?:nightly|weekly)[-_])?cuda(\d+)$")
 GPU_DECODE_PROBE_TIMEOUT_S = 180.0
-REPO_ROOT = Path(__file__).resolve().parent.parent  # where `bench` imports from
 
 
 def dali_cuda_majors() -> tuple[int, ...]:

@@ -16,19 +16,17 @@ import base64
 import dataclasses
 import json
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-# dp: torch.nn.DataParallel, one process driving every GPU of one machine (the baseline DDP is
-# measured against); opt-in, so the default sweep is ddp and horovod.
-LAUNCHERS = ("ddp", "horovod", "dp")
-DEFAULT_LAUNCHERS = ("ddp", "horovod")
+from bench.launcher_kinds import launcher_kind
+from bench.rank.loaders import LOADERS  # input pipelines for --data DIR (torch-free registry)
+
 PRECISIONS = ("fp32", "tf32", "amp-fp16", "amp-bf16")
 MEMORY_FORMATS = ("nchw", "channels_last")
 LOCAL_HOST = "localhost"
 SYNTHETIC = "synthetic"
-LOADERS = ("torch", "nvjpeg", "dali")  # input pipelines for --data DIR: bench.rank.loaders
 NO_LOADER = "none"  # the loader of synthetic data (made on the device)
 NO_CONTAINER = "host"  # the --container value that runs the ranks in this machine's environment
 
@@ -45,6 +43,16 @@ class HostSlots:
 
 
 Placement = tuple[HostSlots, ...]
+
+
+def total_slots(hosts: Iterable[HostSlots]) -> int:
+    """Ranks on these hosts together: a placement's world size."""
+    return sum(h.slots for h in hosts)
+
+
+def most_slots(hosts: Iterable[HostSlots]) -> int:
+    """The most ranks any one of these hosts runs (ranks per node of an even placement)."""
+    return max(h.slots for h in hosts)
 
 
 def format_hosts(placement: Sequence[HostSlots]) -> str:
@@ -146,9 +154,9 @@ class Variant:
     )  # fmt: skip
     # A default so specs and sweep.json files written before the knob existed still load.
     loader: str = field(default=NO_LOADER, metadata={"knob": Knob(
-        "--loader", "input pipeline for --data DIR, comma list, each swept: torch (DataLoader "
-        "workers decode on the CPU), nvjpeg (torchvision decodes and augments on the GPU), "
-        "dali (NVIDIA DALI)", values={x: x for x in LOADERS}, many=True,
+        "--loader", "input pipeline for --data DIR, comma list, each swept: "
+        + ", ".join(f"{x.name} ({x.summary})" for x in LOADERS.values()),
+        values={x: x for x in LOADERS}, many=True,
         words="the first runnable of dali, nvjpeg, torch on GPU; torch on CPU; none with "
         "synthetic data",
     )})  # fmt: skip
@@ -279,7 +287,7 @@ class RunSpec:
 
     @property
     def world_size(self) -> int:
-        return sum(h.slots for h in self.placement)
+        return total_slots(self.placement)
 
     @property
     def nodes(self) -> int:
@@ -287,7 +295,7 @@ class RunSpec:
 
     @property
     def gpus_per_node(self) -> int:
-        return max(h.slots for h in self.placement)
+        return most_slots(self.placement)
 
     @property
     def hosts(self) -> str:
@@ -296,7 +304,7 @@ class RunSpec:
     @property
     def processes(self) -> int:
         """Processes the launch starts: one per GPU, except DataParallel's single process."""
-        return 1 if self.launcher == "dp" else self.world_size
+        return launcher_kind(self.launcher).processes(self.world_size)
 
     @property
     def global_batch(self) -> int:
@@ -336,7 +344,7 @@ class ProbeSpec:
 
     @property
     def world_size(self) -> int:
-        return sum(h.slots for h in self.placement)
+        return total_slots(self.placement)
 
     @property
     def hosts(self) -> str:

@@ -10,83 +10,35 @@ shows up as data wait rather than as slow training, and `loader_rate` measures t
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import torch
 
-from bench.rank.loaders import torch_loader
+from bench.rank.loaders import LoaderRequest, loader_named
+from bench.rank.profiling import synchronize
 from bench.spec import SYNTHETIC
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 LOADER_WINDOW_MAX_S = 10.0  # the loader-only window: at most this long (and >= 1 batch)
 
 
-def synthetic_batches(
-    batch: int,
-    image_size: int,
-    num_classes: int,
-    device: torch.device,
-    memory_format: torch.memory_format,
-    seed: int,
-) -> Iterator[Batch]:
+def synthetic_batches(request: LoaderRequest) -> Iterator[Batch]:
     """One random batch made once on the device and reused: measures the model, not input."""
-    generator = torch.Generator().manual_seed(seed)
-    images = torch.randn(batch, 3, image_size, image_size, generator=generator)
-    labels = torch.randint(0, num_classes, (batch,), generator=generator)
-    images = images.to(device).contiguous(memory_format=memory_format)
-    labels = labels.to(device)
+    generator = torch.Generator().manual_seed(request.seed + request.rank)
+    size = request.image_size
+    images = torch.randn(request.batch, 3, size, size, generator=generator)
+    labels = torch.randint(0, request.num_classes, (request.batch,), generator=generator)
+    images = images.to(request.device).contiguous(memory_format=request.memory_format)
+    labels = labels.to(request.device)
     while True:
         yield images, labels
 
 
-def loader_function(loader: str) -> Callable[..., Iterator[Batch]]:
-    """The batches function of a loader name (imports only that loader's libraries)."""
-    if loader == "torch":
-        return torch_loader.torch_batches
-    if loader == "nvjpeg":
-        from bench.rank.loaders.nvjpeg import nvjpeg_batches
-
-        return nvjpeg_batches
-    if loader == "dali":
-        from bench.rank.loaders.dali import dali_batches
-
-        return dali_batches
-    raise ValueError(f"unknown loader {loader!r}: torch, nvjpeg or dali")
-
-
-def queue_depth(loader: str, workers: int) -> int:
-    """Batches a loader can have ready before it is asked: drained before timing it alone."""
-    if loader == "dali":
-        from bench.rank.loaders.dali import PREFETCH_QUEUE_DEPTH
-
-        return PREFETCH_QUEUE_DEPTH
-    ahead = 1 if loader == "nvjpeg" else 0  # one batch decoded ahead on the side stream
-    return torch_loader.queue_depth(workers) + ahead
-
-
-def make_batches(
-    data: str,
-    batch: int,
-    image_size: int,
-    num_classes: int,
-    workers: int,
-    rank: int,
-    world_size: int,
-    device: torch.device,
-    memory_format: torch.memory_format,
-    seed: int,
-    loader: str,
-) -> Iterator[Batch]:
-    if data == SYNTHETIC:
-        return synthetic_batches(batch, image_size, num_classes, device, memory_format, seed + rank)
-    return loader_function(loader)(
-        data, batch, image_size, workers, rank, world_size, device, memory_format, seed
-    )
-
-
-def _synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+def make_batches(request: LoaderRequest, loader: str) -> Iterator[Batch]:
+    """The run's input: synthetic batches, or the registered `loader` reading `request.root`."""
+    if request.root == SYNTHETIC:
+        return synthetic_batches(request)
+    return loader_named(loader).batches(request)
 
 
 def loader_rate(
@@ -101,7 +53,7 @@ def loader_rate(
     waiting at the end for GPU-side decoding and augmentation to finish."""
     for _ in range(skip):
         next(batches)
-    _synchronize(device)
+    synchronize(device)
     start = time.perf_counter()
     images = count = 0
     while count < max(1, max_batches):
@@ -109,5 +61,5 @@ def loader_rate(
         count += 1
         if time.perf_counter() - start >= max_seconds:
             break
-    _synchronize(device)
+    synchronize(device)
     return images / (time.perf_counter() - start)

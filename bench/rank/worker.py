@@ -27,11 +27,12 @@ import torch
 
 from bench.rank import engines, faults, wire
 from bench.rank.checkpointing import checkpoint_stages
-from bench.rank.data import Batch, loader_rate, make_batches, queue_depth
+from bench.rank.data import Batch, loader_rate, make_batches
+from bench.rank.loaders import LoaderRequest, loader_named
 from bench.rank.models import build_model, gradient_bytes
-from bench.rank.profiling import nvtx_range, profile_steps
+from bench.rank.profiling import nvtx_range, profile_steps, synchronize
 from bench.rank.telemetry import GpuSampler, merge_telemetry
-from bench.spec import SYNTHETIC, RunSpec
+from bench.spec import SYNTHETIC, RunSpec, Variant
 
 AMP_DTYPES = {"amp-fp16": torch.float16, "amp-bf16": torch.bfloat16}
 
@@ -175,11 +176,6 @@ def warm_up(
         window_steps = max(MIN_WINDOW_STEPS, math.ceil(SETTLE_WINDOW_S / estimate))
 
 
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def peak_memory_bytes(device: torch.device) -> int:
     """Peak allocated device memory on a GPU; the process's peak RSS on CPU."""
     if device.type == "cuda":
@@ -208,6 +204,27 @@ class Training:
     gradient_bytes: int
 
 
+def memory_format_of(variant: Variant) -> torch.memory_format:
+    return torch.channels_last if variant.channels_last else torch.contiguous_format
+
+
+def loader_request(spec: RunSpec, info: engines.DistInfo) -> LoaderRequest:
+    """What this rank asks of its input, from the run's spec and the rank's place."""
+    load = spec.workload
+    return LoaderRequest(
+        root=load.data,
+        batch=spec.batch_per_gpu * info.devices,  # DataParallel's one process: every GPU's share
+        image_size=load.image_size,
+        num_classes=load.num_classes,
+        workers=load.loader_workers,
+        rank=info.rank,
+        world_size=info.world_size,
+        device=info.device,
+        memory_format=memory_format_of(spec.variant),
+        seed=load.seed,
+    )
+
+
 def set_up(spec: RunSpec, engine: engines.Engine, info: engines.DistInfo) -> Training:
     """The model on its device, wrapped by the engine (and compiled), its optimizer and input."""
     load, variant = spec.workload, spec.variant
@@ -215,7 +232,7 @@ def set_up(spec: RunSpec, engine: engines.Engine, info: engines.DistInfo) -> Tra
     # Input shapes never change within a run: let cuDNN time its algorithms once and keep the
     # fastest (what a tuned training job does; the plain loop in benchmarks/overhead.py too).
     torch.backends.cudnn.benchmark = info.device.type == "cuda"
-    memory_format = torch.channels_last if variant.channels_last else torch.contiguous_format
+    memory_format = memory_format_of(variant)
     model = build_model(load.model, load.num_classes)
     if variant.activation_checkpointing:
         checkpoint_stages(model)
@@ -226,11 +243,7 @@ def set_up(spec: RunSpec, engine: engines.Engine, info: engines.DistInfo) -> Tra
     if variant.compile:
         model = engine.compile(model)
     train_step = make_train_step(model, optimizer, engine, variant.precision, info.device)
-    loader = make_batches(  # DataParallel's one process takes every GPU's share of a batch
-        load.data, spec.batch_per_gpu * info.devices, load.image_size, load.num_classes,
-        load.loader_workers, info.rank, info.world_size, info.device, memory_format, load.seed,
-        variant.loader,
-    )  # fmt: skip
+    loader = make_batches(loader_request(spec, info), variant.loader)
     batches = micro_batches(loader, variant.grad_accum)  # one item per optimizer step
     return Training(train_step, batches, loader, grad_bytes)
 
@@ -269,7 +282,7 @@ def after_window(
         with nvtx_range("loader only", info.device):
             loader_images_per_s = loader_rate(
                 training.loader, timed_steps, info.device,
-                skip=queue_depth(spec.variant.loader, spec.workload.loader_workers),
+                skip=loader_named(spec.variant.loader).queue_depth(spec.workload.loader_workers),
             )  # fmt: skip
     if spec.trace_path:  # rank 0 records, every rank steps (collectives stay matched)
         engine.barrier()

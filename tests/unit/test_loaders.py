@@ -7,6 +7,8 @@ import io
 import math
 import os
 import random
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +20,15 @@ from PIL import Image
 
 from bench import datasets, loaders
 from bench.rank import data
-from bench.rank.loaders import augment, folder, nvjpeg, torch_loader
+from bench.rank.loaders import (
+    LOADERS,
+    LoaderRequest,
+    augment,
+    folder,
+    loader_named,
+    nvjpeg,
+    torch_loader,
+)
 from bench.rank.models import import_submodule
 
 CPU = torch.device("cpu")
@@ -134,7 +144,6 @@ def test_dataloader_settings_pin_persist_and_prefetch_only_with_workers() -> Non
         "pin_memory": False,
     }
     assert torch_loader.queue_depth(6) == 6 * torch_loader.PREFETCH_FACTOR
-    assert data.queue_depth("nvjpeg", 0) == 1  # the batch decoded ahead
 
 
 # --- augmentation (the GPU path's functions on CPU tensors) -------------------------------------
@@ -202,8 +211,16 @@ def test_cpu_decoder_reads_rgb_grey_cmyk_and_png_as_rgb() -> None:
     assert decoded[3][2].float().mean() > 200
 
 
-def batches_of(fn: Any, root: Path, rank: int, world: int, workers: int) -> Iterator[data.Batch]:
-    return fn(str(root), 4, 16, workers, rank, world, CPU, torch.contiguous_format, 0)
+def request_for(root: Path, rank: int, world: int, workers: int, batch: int = 4) -> LoaderRequest:
+    return LoaderRequest(root=str(root), batch=batch, image_size=16, num_classes=3,
+                         workers=workers, rank=rank, world_size=world, device=CPU,
+                         memory_format=torch.contiguous_format, seed=0)  # fmt: skip
+
+
+def batches_of(
+    loader: str, root: Path, rank: int, world: int, workers: int
+) -> Iterator[data.Batch]:
+    return data.make_batches(request_for(root, rank, world, workers), loader)
 
 
 @pytest.mark.parametrize("loader", ["torch", "nvjpeg"])
@@ -211,8 +228,7 @@ def test_cpu_loaders_yield_normalised_batches_of_their_shard(
     loader: str, jpeg_folder: Path
 ) -> None:
     _, samples = folder.list_images(jpeg_folder)
-    fn = data.loader_function(loader)
-    images, labels = next(batches_of(fn, jpeg_folder, rank=1, world=2, workers=0))
+    images, labels = next(batches_of(loader, jpeg_folder, rank=1, world=2, workers=0))
     assert images.shape == (4, 3, 16, 16) and images.dtype == torch.float32
     assert -3 < images.min() < images.max() < 3  # normalised, not 0..255
     assert labels.dtype == torch.int64 and set(labels.tolist()) <= {0, 1, 2}
@@ -226,7 +242,7 @@ def test_cpu_loaders_reshuffle_every_epoch(loader: str, jpeg_folder: Path) -> No
     # 24 images / batch 4 = 6 batches an epoch: the 7th batch starts epoch 1, whose order is the
     # sampler's epoch-1 order (DistributedSampler.set_epoch), not epoch 0's again
     _, samples = folder.list_images(jpeg_folder)
-    batches = batches_of(data.loader_function(loader), jpeg_folder, rank=0, world=1, workers=0)
+    batches = batches_of(loader, jpeg_folder, rank=0, world=1, workers=0)
     seen = [label for _ in range(12) for label in next(batches)[1].tolist()]
     expected = [[samples[i][1] for i in shard(0, 1, epoch=e, n=len(samples))] for e in (0, 1)]
     assert expected[0] != expected[1]  # the seed gives two label orders a test can tell apart
@@ -234,16 +250,15 @@ def test_cpu_loaders_reshuffle_every_epoch(loader: str, jpeg_folder: Path) -> No
 
 
 def test_nvjpeg_loader_with_workers_runs_epoch_after_epoch(jpeg_folder: Path) -> None:
-    batches = batches_of(data.loader_function("nvjpeg"), jpeg_folder, rank=0, world=1, workers=1)
+    batches = batches_of("nvjpeg", jpeg_folder, rank=0, world=1, workers=1)
     seen = [next(batches)[1] for _ in range(12)]  # 24 images / batch 4 = 6 per epoch
     assert len(seen) == 12
 
 
 def test_too_few_images_for_a_batch_on_every_rank_is_an_error(jpeg_folder: Path) -> None:
     for loader in ("torch", "nvjpeg"):
-        fn = data.loader_function(loader)
-        with pytest.raises(ValueError, match="no full batch"):
-            next(fn(str(jpeg_folder), 8, 16, 0, 0, 4, CPU, torch.contiguous_format, 0))
+        with pytest.raises(ValueError, match="24 images give no full batch of 8 on each of 4"):
+            next(data.make_batches(request_for(jpeg_folder, 0, 4, 0, batch=8), loader))
 
 
 def test_loader_rate_counts_images_per_second_after_skipping_the_queue() -> None:
@@ -260,6 +275,52 @@ def test_loader_rate_counts_images_per_second_after_skipping_the_queue() -> None
     pulled.clear()
     data.loader_rate(batches(), max_batches=1000, device=CPU, max_seconds=0.0)
     assert len(pulled) == 1  # the time limit still takes one batch
+
+
+# --- the registry: one entry per --loader name --------------------------------------------------
+
+
+def test_each_registered_loader_is_reached_by_its_name() -> None:
+    assert list(LOADERS) == ["torch", "nvjpeg", "dali"]
+    assert all(loader_named(name).name == name for name in LOADERS)
+    # each name reaches its own module: the queue each holds ready differs
+    assert loader_named("torch").queue_depth(3) == 3 * torch_loader.PREFETCH_FACTOR
+    assert loader_named("nvjpeg").queue_depth(3) == 3 * torch_loader.PREFETCH_FACTOR + 1
+    assert loader_named("nvjpeg").queue_depth(0) == 1  # the batch decoded ahead
+    assert loader_named("dali").queue_depth(3) == 2  # DALI's own prefetch queue
+    # dali's batches, reached by name, refuse a CPU device before touching DALI
+    with pytest.raises(ValueError, match="the dali loader needs a CUDA device"):
+        next(loader_named("dali").batches(request_for(Path("/nonexistent"), 0, 1, 0)))
+
+
+def test_an_unknown_loader_name_is_an_error_that_names_the_choices(jpeg_folder: Path) -> None:
+    choices = "unknown loader 'pil': choose from torch, nvjpeg, dali"
+    with pytest.raises(ValueError, match=choices):
+        loader_named("pil")
+    with pytest.raises(ValueError, match=choices):
+        data.make_batches(request_for(jpeg_folder, 0, 1, 0), "pil")
+    assert loaders.loader_problem("pil", "cpu", **facts()) == choices
+
+
+def test_the_cli_offers_the_registered_loaders_and_refuses_others() -> None:
+    from bench.options import build_parser, parse_request
+
+    help_text = " ".join(build_parser().format_help().split())
+    for loader in LOADERS.values():
+        assert f"{loader.name} ({loader.summary})" in help_text
+    assert parse_request(["--loader", "dali,torch"]).values["loader"] == ("dali", "torch")
+    with pytest.raises(SystemExit):
+        parse_request(["--loader", "pil"])
+
+
+def test_the_default_order_ranks_every_registered_loader() -> None:
+    assert sorted(loaders.DEFAULT_ORDER) == sorted(LOADERS)
+
+
+def test_the_registry_and_the_loader_choice_import_no_torch() -> None:
+    code = "import sys, bench.loaders, bench.spec; print('torch' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.stdout.strip() == "False", done.stderr
 
 
 # --- the loader choice on the controller --------------------------------------------------------

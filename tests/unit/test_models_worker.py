@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 import textwrap
@@ -9,11 +10,14 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
-from bench.rank import data, models, worker
+from bench.rank import data, engines, models, worker
+from bench.rank.loaders import LoaderRequest
+from bench.spec import NO_LOADER, SYNTHETIC
 
 
 def fake_package(root: Path, init_body: str) -> str:
@@ -72,13 +76,46 @@ def test_torchvision_models_build_here() -> None:
     assert models.gradient_bytes(models.build_model("resnet50")) == 25_557_032 * 4
 
 
+def input_request(root: str, **fields: Any) -> LoaderRequest:
+    defaults: dict[str, Any] = dict(
+        batch=4, image_size=32, num_classes=10, workers=0, rank=0, world_size=1,
+        device=torch.device("cpu"), memory_format=torch.channels_last, seed=1,
+    )  # fmt: skip
+    return LoaderRequest(root=root, **(defaults | fields))
+
+
 def test_synthetic_batches_are_on_device_in_the_memory_format() -> None:
-    batches = data.synthetic_batches(4, 32, 10, torch.device("cpu"), torch.channels_last, seed=1)
+    batches = data.make_batches(input_request(SYNTHETIC), NO_LOADER)
     images, labels = next(batches)
     assert images.shape == (4, 3, 32, 32) and labels.shape == (4,)
     assert images.is_contiguous(memory_format=torch.channels_last)
     assert int(labels.max()) < 10
     assert next(batches)[0] is images  # made once, reused
+    # each rank draws its own batch from the run's seed
+    other_rank = next(data.make_batches(input_request(SYNTHETIC, rank=1), NO_LOADER))[0]
+    assert not torch.equal(other_rank, images)
+    assert torch.equal(next(data.synthetic_batches(input_request(SYNTHETIC)))[0], images)
+
+
+def test_loader_request_carries_the_spec_and_the_ranks_place(tmp_path: Path) -> None:
+    from bench_builders import config_for, cpu_machine
+
+    from bench.plan import local_placement, plan_sweep
+
+    argv = ["--data", str(tmp_path), "--loader", "nvjpeg", "--image-size", "40",
+            "--workers", "3", "--seed", "7", "--num-classes", "9",
+            "--memory-format", "channels_last"]  # fmt: skip
+    spec = plan_sweep(config_for(argv, cpu_machine()), "s", local_placement(2), 2)[-1]
+    # DataParallel-like: one process driving 3 devices consumes 3 GPUs' share of a batch
+    info = engines.DistInfo(rank=1, world_size=2, local_rank=1, device=torch.device("cpu"),
+                            backend="gloo", devices=3)  # fmt: skip
+    assert worker.loader_request(spec, info) == LoaderRequest(
+        root=str(tmp_path), batch=spec.batch_per_gpu * 3, image_size=40, num_classes=9,
+        workers=3, rank=1, world_size=2, device=torch.device("cpu"),
+        memory_format=torch.channels_last, seed=7,
+    )  # fmt: skip
+    nchw = dataclasses.replace(spec, variant=dataclasses.replace(spec.variant, channels_last=False))
+    assert worker.loader_request(nchw, info).memory_format == torch.contiguous_format
 
 
 def test_imagefolder_batches(tmp_path: Path) -> None:
@@ -88,15 +125,12 @@ def test_imagefolder_batches(tmp_path: Path) -> None:
         (tmp_path / cls).mkdir()
         for i in range(6):
             Image.new("RGB", (40, 30), (i * 20, 0, 0)).save(tmp_path / cls / f"{i}.png")
-    batches = data.loader_function("torch")(
-        str(tmp_path), 2, 24, 0, rank=1, world_size=2, device=torch.device("cpu"),
-        memory_format=torch.contiguous_format, seed=0,
-    )  # fmt: skip
+    request = input_request(str(tmp_path), batch=2, image_size=24, rank=1, world_size=2)
+    batches = data.make_batches(request, "torch")
     shapes = [tuple(next(batches)[0].shape) for _ in range(5)]  # 3 batches per epoch: wraps
     assert shapes == [(2, 3, 24, 24)] * 5
     with pytest.raises(ValueError, match="no full batch"):
-        next(data.loader_function("torch")(str(tmp_path), 7, 24, 0, 0, 2, torch.device("cpu"),
-                                           torch.contiguous_format, 0))  # fmt: skip
+        next(data.make_batches(dataclasses.replace(request, batch=7, rank=0), "torch"))
 
 
 class LocalEngine:

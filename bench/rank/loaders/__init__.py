@@ -10,4 +10,77 @@ All three read the same file list (`folder.list_images`, ImageFolder order and l
 each rank a disjoint shard and reshuffle every epoch from the run's seed, and yield endless
 (images, labels) batches already on the device. Which loaders can run on a machine is decided
 before launch by `bench.loaders` on the controller.
+
+LOADERS is the registry: one `Loader` per `--loader` name (bench.spec makes the option from
+it). This module imports no torch, so the controller can list the names; a loader's module is
+imported when a rank first uses it.
 """
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+
+    Batch = tuple[torch.Tensor, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class LoaderRequest:
+    """What a rank asks of its input: every loader's `batches` takes this and nothing else.
+    bench.rank.worker.loader_request builds it from the run's spec and the rank's place."""
+
+    root: str  # --data: an ImageFolder root, or "synthetic" (made on the device, no loader)
+    batch: int  # images per batch this process consumes (DataParallel: all its GPUs' share)
+    image_size: int  # square crop size in pixels
+    num_classes: int  # classes of the model's output (synthetic labels are drawn below it)
+    workers: int  # --workers: DataLoader worker processes (DALI: CPU threads) per rank
+    rank: int  # global rank: which shard this rank reads
+    world_size: int  # ranks over all nodes: how many shards
+    device: torch.device  # where the batches are delivered
+    memory_format: torch.memory_format  # layout of the delivered images (channels_last or not)
+    seed: int  # the run's seed: one shuffle order on every rank, augmentations per rank
+
+
+@dataclass(frozen=True)
+class Loader:
+    """One `--loader` choice. Its module (in this package) defines `batches(request)`, the endless
+    iterator of (images, labels) on the device, and `queue_depth(workers)`, the batches it holds
+    ready before it is asked (drained before the loader is timed alone)."""
+
+    name: str
+    module: str  # the module of this package that builds it
+    summary: str  # what it does, for the --loader help
+
+    def _module(self) -> ModuleType:
+        return importlib.import_module(f"{__name__}.{self.module}")
+
+    def batches(self, request: LoaderRequest) -> Iterator[Batch]:
+        batches: Iterator[Batch] = self._module().batches(request)
+        return batches
+
+    def queue_depth(self, workers: int) -> int:
+        return int(self._module().queue_depth(workers))
+
+
+LOADERS: dict[str, Loader] = {
+    loader.name: loader
+    for loader in (
+        Loader("torch", "torch_loader", "DataLoader workers decode on the CPU"),
+        Loader("nvjpeg", "nvjpeg", "torchvision decodes and augments on the GPU"),
+        Loader("dali", "dali", "NVIDIA DALI"),
+    )
+}
+
+
+def loader_named(name: str) -> Loader:
+    """The registered loader called `name` (a ValueError naming the choices for any other)."""
+    try:
+        return LOADERS[name]
+    except KeyError:
+        raise ValueError(f"unknown loader {name!r}: choose from {', '.join(LOADERS)}") from None

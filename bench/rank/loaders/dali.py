@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from bench.rank.loaders import LoaderRequest
 from bench.rank.loaders.augment import MEAN, RATIO, SCALE, STD
 from bench.rank.loaders.folder import list_images
 from bench.rank.loaders.torch_loader import no_full_batch
@@ -75,34 +76,25 @@ def _pipeline(
     return resnet50_training()
 
 
-def dali_batches(
-    root: str,
-    batch: int,
-    image_size: int,
-    workers: int,
-    rank: int,
-    world_size: int,
-    device: torch.device,
-    memory_format: torch.memory_format,
-    seed: int,
-) -> Iterator[Batch]:
-    """Each rank's DALI pipeline on its own GPU, `workers` DALI CPU threads."""
+def batches(request: LoaderRequest) -> Iterator[Batch]:
+    """Each rank's DALI pipeline on its own GPU, `request.workers` DALI CPU threads."""
+    device, seed, rank = request.device, request.seed, request.rank
+    if device.type != "cuda":  # said before DALI is imported: also where it is not installed
+        raise ValueError("the dali loader needs a CUDA device")
     from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
 
-    if device.type != "cuda":
-        raise ValueError("the dali loader needs a CUDA device")
-    _, samples = list_images(root)
-    if len(samples) // world_size < batch:
-        raise no_full_batch(root, len(samples), batch, world_size)
+    _, samples = list_images(request.root)
+    if len(samples) // request.world_size < request.batch:
+        raise no_full_batch(request, len(samples))
     pipeline = _pipeline(
         [path for path, _ in samples],
         [label for _, label in samples],
-        image_size,
+        request.image_size,
         rank,
-        world_size,
+        request.world_size,
         reader_seed=seed,
-        batch_size=batch,
-        num_threads=max(1, workers),
+        batch_size=request.batch,
+        num_threads=max(1, request.workers),
         device_id=device.index if device.index is not None else torch.cuda.current_device(),
         seed=seed + 1 + rank,  # the augmentations' random stream, different per rank
         prefetch_queue_depth=PREFETCH_QUEUE_DEPTH,
@@ -116,5 +108,10 @@ def dali_batches(
     )
     while True:  # auto_reset: each `for` is one epoch
         for outputs in iterator:
-            images = outputs[0]["images"].contiguous(memory_format=memory_format)
+            images = outputs[0]["images"].contiguous(memory_format=request.memory_format)
             yield images, outputs[0]["labels"].view(-1).long()
+
+
+def queue_depth(workers: int) -> int:
+    """DALI's own prefetch queue (its CPU threads, `workers`, fill it)."""
+    return PREFETCH_QUEUE_DEPTH

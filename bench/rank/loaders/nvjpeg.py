@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from bench.rank.loaders import LoaderRequest, torch_loader
 from bench.rank.loaders.augment import augment_batch
 from bench.rank.loaders.folder import list_images
 from bench.rank.loaders.torch_loader import (
@@ -147,40 +148,37 @@ def side_stream_pipeline(
         yield ready
 
 
-def nvjpeg_batches(
-    root: str,
-    batch: int,
-    image_size: int,
-    workers: int,
-    rank: int,
-    world_size: int,
-    device: torch.device,
-    memory_format: torch.memory_format,
-    seed: int,
-) -> Iterator[Batch]:
-    """Each rank reads its shard's file bytes and decodes and augments them on `device`."""
-    _, samples = list_images(root)
+def batches(request: LoaderRequest) -> Iterator[Batch]:
+    """Each rank reads its shard's file bytes and decodes and augments them on its device."""
+    _, samples = list_images(request.root)
     dataset = EncodedImages(samples)
-    sampler = distributed_sampler(dataset, rank, world_size, seed)
+    sampler = distributed_sampler(dataset, request.rank, request.world_size, request.seed)
     loader = torch.utils.data.DataLoader(
         dataset,
-        batch_size=batch,
+        batch_size=request.batch,
         sampler=sampler,
         drop_last=True,
         collate_fn=collate_encoded,
-        **dataloader_settings(workers, pin_memory=False),  # decode_jpeg reads host memory
+        **dataloader_settings(request.workers, pin_memory=False),  # decode_jpeg reads host memory
     )
     if len(loader) == 0:
-        raise no_full_batch(root, len(dataset), batch, world_size)
+        raise no_full_batch(request, len(dataset))
+    device = request.device
     decoder = JpegDecoder(device)
-    rng = random.Random(f"{seed}-{rank}")  # crops and flips: reproducible, different per rank
+    # crops and flips: reproducible, different per rank
+    rng = random.Random(f"{request.seed}-{request.rank}")
 
     def produce(item: EncodedBatch) -> Batch:
         encoded, labels = item
-        images = augment_batch(decoder(encoded), image_size, rng, memory_format)
+        images = augment_batch(decoder(encoded), request.image_size, rng, request.memory_format)
         return images, labels.to(device, non_blocking=True)
 
     yield from side_stream_pipeline(epochs(loader, sampler), produce, device)
+
+
+def queue_depth(workers: int) -> int:
+    """The DataLoader's queue and the batch decoded ahead on the side stream."""
+    return torch_loader.queue_depth(workers) + 1
 
 
 def gpu_decode_problem() -> str:

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from bench.rank.lifeline import die_with_parent
+from bench.rank.loaders import LoaderRequest
 from bench.rank.loaders.augment import normalize_
 from bench.rank.models import import_submodule
 
@@ -67,52 +68,44 @@ def epochs(
         epoch += 1
 
 
-def no_full_batch(root: str, images: int, batch: int, world_size: int) -> ValueError:
+def no_full_batch(request: LoaderRequest, images: int) -> ValueError:
     return ValueError(
-        f"{root}: {images} images give no full batch of {batch} on each of {world_size} ranks"
+        f"{request.root}: {images} images give no full batch of {request.batch} on each of "
+        f"{request.world_size} ranks"
     )
 
 
-def torch_batches(
-    root: str,
-    batch: int,
-    image_size: int,
-    workers: int,
-    rank: int,
-    world_size: int,
-    device: torch.device,
-    memory_format: torch.memory_format,
-    seed: int,
-) -> Iterator[Batch]:
+def batches(request: LoaderRequest) -> Iterator[Batch]:
     """Each rank reads its shard of an ImageFolder through DataLoader workers."""
+    device = request.device
     datasets = import_submodule("datasets")
     transforms = import_submodule("transforms")
     dataset = datasets.ImageFolder(
-        root,
+        request.root,
         # PIL explicitly: the default loader asks torchvision's package __init__ for the image
         # backend, which bench.rank.models may have had to skip (no compiled ops)
         loader=datasets.folder.pil_loader,
         transform=transforms.Compose(
             [
-                transforms.RandomResizedCrop(image_size),
+                transforms.RandomResizedCrop(request.image_size),
                 transforms.RandomHorizontalFlip(),
                 transforms.PILToTensor(),  # uint8 CHW
             ]
         ),
     )
-    sampler = distributed_sampler(dataset, rank, world_size, seed)
+    sampler = distributed_sampler(dataset, request.rank, request.world_size, request.seed)
     loader = torch.utils.data.DataLoader(
         dataset,
-        batch_size=batch,
+        batch_size=request.batch,
         sampler=sampler,
         drop_last=True,
-        **dataloader_settings(workers, pin_memory=device.type == "cuda"),
+        **dataloader_settings(request.workers, pin_memory=device.type == "cuda"),
     )
     if len(loader) == 0:
-        raise no_full_batch(root, len(dataset), batch, world_size)
+        raise no_full_batch(request, len(dataset))
     for images, labels in epochs(loader, sampler):
         images = images.to(device, non_blocking=True).float()
         yield (
-            normalize_(images).contiguous(memory_format=memory_format),
+            normalize_(images).contiguous(memory_format=request.memory_format),
             labels.to(device, non_blocking=True),
         )
