@@ -21,11 +21,16 @@ from typing import Any
 
 from bench.gpu_defaults import GpuDefaults, GpuDescription, gpu_defaults
 from bench.hosts import ClusterConfig, default_rank_counts
+from bench.launcher_kinds import (
+    DEFAULT_LAUNCHERS,
+    LAUNCHER_KINDS,
+    LAUNCHERS,
+    LauncherKind,
+    launcher_kind,
+)
 from bench.loaders import loader_errors, resolve_loaders
 from bench.preflight import cluster_problems, conflicts, nccl_tests_problem, out_problem
 from bench.spec import (
-    DEFAULT_LAUNCHERS,
-    LAUNCHERS,
     NO_CONTAINER,
     NO_LOADER,
     SYNTHETIC,
@@ -34,10 +39,10 @@ from bench.spec import (
     Workload,
     knob,
     knobs,
+    total_slots,
 )
 
 IMAGENET_TRAIN_IMAGES = 1_281_167
-REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 class ConfigError(Exception):
@@ -99,6 +104,11 @@ def _ulimit(text: str) -> str:
     )
 
 
+def _launchers_help() -> str:
+    named = [f"{k.name} ({k.description})" for k in LAUNCHER_KINDS.values()]
+    return f"comma list of {', '.join(named[:-1])} and {named[-1]}"
+
+
 @dataclass(frozen=True)
 class BenchConfig:
     """A complete, validated sweep description (saved in sweep.json; --resume reloads it):
@@ -110,10 +120,9 @@ class BenchConfig:
         words="1,2,4,... up to all visible GPUs; 1,2 on CPU",
     )  # fmt: skip
     launchers: tuple[str, ...] = knob(
-        "--launchers", "comma list of ddp (torchrun), horovod (horovodrun) and dp "
-        "(torch.nn.DataParallel: one process driving the GPUs of one machine)",
-        values={x: x for x in LAUNCHERS}, many=True,
-        words="ddp,horovod; with Horovod missing its rows are marked unavailable",
+        "--launchers", _launchers_help(), values={x: x for x in LAUNCHERS}, many=True,
+        words=",".join(DEFAULT_LAUNCHERS) + "; with Horovod missing its rows are marked "
+        "unavailable",
     )  # fmt: skip
     batch_size: int = knob(
         "--batch-size", "per-GPU batch of one forward/backward pass (a micro-batch under "
@@ -261,7 +270,7 @@ def request_problems(request: Request) -> list[str]:
 
 def _default_gpu_counts(request: Request, env: Environment, gpu: bool) -> tuple[int, ...]:
     if request.cluster is not None:
-        return tuple({sum(h.slots for h in p) for p in request.cluster.placements()})
+        return tuple({total_slots(p) for p in request.cluster.placements()})
     max_ranks = env.gpu_count if gpu else min(2, env.cores)
     return default_rank_counts(max(1, max_ranks))
 
@@ -378,6 +387,11 @@ def horovod_problem(env: Environment, device: str) -> str:
     return ""
 
 
+def launcher_problem(kind: LauncherKind, env: Environment, device: str) -> str:
+    """Why a launcher cannot run in this environment, or "" if it can: a package it needs."""
+    return horovod_problem(env, device) if kind.needs_horovod else ""
+
+
 def runs_on_host(config: BenchConfig) -> bool:
     """Whether some runs use this environment itself rather than a --container image."""
     return NO_CONTAINER in config.axes.get("container", (NO_CONTAINER,))
@@ -432,15 +446,17 @@ def _feature_problems(config: BenchConfig, env: Environment, models: Sequence[st
         errors.append("--precision tf32 needs an NVIDIA Ampere or newer GPU")
     if "amp-bf16" in precisions and gpu and not env.bf16_supported:
         errors.append(f"--precision amp-bf16: {env.gpu_name} has no bfloat16 support")
-    if "horovod" in config.launchers and config.launchers_explicit and runs_on_host(config):
-        problem = horovod_problem(env, config.device)
+    explicit_here = config.launchers_explicit and runs_on_host(config)
+    for name in config.launchers:
+        kind = launcher_kind(name)
+        problem = launcher_problem(kind, env, config.device) if explicit_here else ""
         if problem:
-            errors.append(f"--launchers horovod: {problem}")
-    if "dp" in config.launchers and config.cluster is not None:
-        errors.append(
-            "--launchers dp: torch.nn.DataParallel is one process driving the GPUs of one "
-            "machine; it cannot span nodes (--hosts/--hostfile/--slurm). Sweep dp on one node"
-        )
+            errors.append(f"--launchers {name}: {problem}")
+        if not kind.multi_node and config.cluster is not None:
+            errors.append(
+                f"--launchers {name}: {kind.title} runs on one machine only; it cannot span nodes "
+                f"(--hosts/--hostfile/--slurm). Sweep {name} on one node"
+            )
     loaders = config.axes.get("loader", (NO_LOADER,))  # absent from older sweep.json files
     errors += loader_errors(loaders, config.workload.data, config.device)
     return errors

@@ -22,12 +22,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.config import REPO_ROOT, BenchConfig, ConfigError, Environment, HorovodStatus
+from bench.config import BenchConfig, ConfigError, Environment, HorovodStatus
 from bench.config import horovod_problem as _horovod_problem
 from bench.hosts import host_names
+from bench.launcher_kinds import LauncherKind, launcher_kind
 from bench.launchers.docker import Containers, Image, container_name
 from bench.launchers.transport import SshOptions, last_line, on_all, run_on_host, ssh_options_for
 from bench.machine import survey_records
+from bench.paths import REPO_ROOT
 from bench.spec import NO_CONTAINER, RunSpec, container_label
 
 DockerRun = Callable[[Sequence[str], float], "subprocess.CompletedProcess[str]"]
@@ -229,13 +231,19 @@ def torch_problems(reference: str, facts: Mapping[str, Any], config: BenchConfig
     ]
 
 
-def horovod_in_image(facts: Mapping[str, Any], config: BenchConfig, env: Environment) -> str:
-    """Why Horovod cannot run in the image, or "" if it can."""
-    if config.cluster is not None:
+def launcher_in_image(
+    kind: LauncherKind, facts: Mapping[str, Any], config: BenchConfig, env: Environment
+) -> str:
+    """Why a launcher cannot run in the image, or "" if it can."""
+    # (a launcher that cannot span nodes is refused with --hosts before: bench.config)
+    if config.cluster is not None and kind.multi_node and not kind.containers_across_nodes:
         return (
-            "Horovod across nodes in containers needs sshd inside the containers (horovodrun "
-            "starts the other nodes' ranks over ssh), which this bench does not set up"
+            f"{kind.title} across nodes in containers needs sshd inside the containers "
+            f"({kind.argv.value} starts the other nodes' ranks over ssh), which this bench does "
+            "not set up"
         )
+    if not kind.needs_horovod:
+        return ""
     available, version, nccl, reason = facts.get("horovod_status") or (False, "", None, "")
     status = HorovodStatus(bool(available), version or "", nccl, reason or "")
     return _horovod_problem(dataclasses.replace(env, horovod=status), config.device)
@@ -287,19 +295,20 @@ def check_image(reference: str, config: BenchConfig, env: Environment,
         errors.extend(problems)
         return None
     inspected = found[machines[0].name][0]
-    horovod = "horovod" in config.launchers
+    kinds = [launcher_kind(x) for x in config.launchers]
+    horovod = any(k.needs_horovod for k in kinds)
     facts, why = survey_image(machines[0], reference, inspected, config, infos[0], horovod)
     if why:
         errors.append(why)
         return None
     errors.extend(torch_problems(reference, facts, config))
     unavailable = {}
-    if horovod:
-        problem = horovod_in_image(facts, config, env)
+    for kind in kinds:
+        problem = launcher_in_image(kind, facts, config, env)
         if problem and config.launchers_explicit:
-            errors.append(f"--launchers horovod in image {reference}: {problem}")
+            errors.append(f"--launchers {kind.name} in image {reference}: {problem}")
         elif problem:
-            unavailable["horovod"] = problem
+            unavailable[kind.name] = problem
     return CheckedImage(
         reference, str(inspected["Id"]), pinned_digest(reference, inspected),
         str(facts.get("executable") or ""), str(facts.get("horovodrun") or ""),

@@ -31,9 +31,9 @@ from typing import Any
 
 from bench.config import Environment, HorovodStatus
 from bench.gpu_defaults import AMPERE
+from bench.paths import REPO_ROOT, bench_pythonpath
 
 SURVEY_MARKER = "@@bench-node"
-REPO_ROOT = Path(__file__).resolve().parent.parent
 # Native bf16 and TF32 math arrive with compute capability 8.0 (AMPERE). Older GPUs may emulate
 # bf16 (torch.cuda.is_bf16_supported() can say True there), which a benchmark must not count.
 
@@ -209,8 +209,7 @@ def read_surveys(lines: Iterable[str]) -> dict[str, NodeInfo]:
 
 def _run_json(argv: Sequence[str], timeout_s: float) -> dict[str, Any] | str:
     """A child's last stdout line parsed as JSON, or the reason it failed."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)}  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": bench_pythonpath(REPO_ROOT, os.environ.get("PYTHONPATH"))}
     try:
         done = subprocess.run(
             list(argv), capture_output=True, text=True, timeout=timeout_s, env=env

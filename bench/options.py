@@ -14,8 +14,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.config import REPO_ROOT, BenchConfig, ConfigError, Request, all_knobs
+from bench.config import BenchConfig, ConfigError, Request, all_knobs
 from bench.hosts import HostSpecError, add_cluster_arguments, cluster_from_args
+from bench.paths import REPO_ROOT
 from bench.spec import Knob, Variant, Workload, knobs
 
 EXIT_CODES = """exit status:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from bench.launcher_kinds import launcher_kind
 from bench.spec import (
     LOCAL_HOST,
     HostSlots,
@@ -21,6 +22,8 @@ from bench.spec import (
     RunSpec,
     Variant,
     format_hosts,
+    most_slots,
+    total_slots,
 )
 
 if TYPE_CHECKING:
@@ -45,7 +48,7 @@ def place_ranks(ranks: int, hosts: Sequence[HostSlots]) -> Placement:
         placement.append(HostSlots(host.host, take))
         left -= take
     if left:
-        total = sum(h.slots for h in hosts)
+        total = total_slots(hosts)
         raise ValueError(f"{ranks} ranks do not fit on {total} slots ({format_hosts(hosts)})")
     return tuple(placement)
 
@@ -90,14 +93,14 @@ def trace_name(run_id: str) -> str:
 def why_not_runnable(spec: RunSpec) -> str:
     """Why a planned run cannot be launched as asked ("" when it can): limits of a launcher that
     hold for some configurations only. Such runs become `unavailable` rows with this reason."""
-    if spec.launcher != "dp":
-        return ""
-    if spec.variant.compile:
+    kind = launcher_kind(spec.launcher)
+    if spec.variant.compile and not kind.compile:
         return (
             "torch.compile is not applied under nn.DataParallel (it re-replicates the model in "
-            "threads on every forward, which Dynamo does not trace); compare dp with --compile off"
+            f"threads on every forward, which Dynamo does not trace); compare {kind.name} with "
+            "--compile off"
         )
-    if spec.workload.device == "cpu" and spec.world_size > 1:
+    if spec.workload.device == "cpu" and spec.world_size > 1 and not kind.process_per_gpu:
         return (
             "nn.DataParallel splits batches over GPUs; on CPU it has one device, so it runs at "
             "1 rank only"
@@ -123,9 +126,9 @@ def plan_sweep(
         for variant in config.variants():
             for launcher in config.launchers:
                 for placement in placements(config, hosts):
-                    ranks = sum(h.slots for h in placement)
-                    # DataParallel is one process however many GPUs it drives
-                    processes = 1 if launcher == "dp" else max(h.slots for h in placement)
+                    ranks = total_slots(placement)
+                    # per node: DataParallel is one process however many GPUs it drives
+                    processes = launcher_kind(launcher).processes(most_slots(placement))
                     rid = run_id(launcher, ranks, variant, repeat, len(placement))
                     specs.append(
                         RunSpec(
@@ -154,7 +157,7 @@ def plan_probes(
         return []
     probes = []
     for placement in placements(config, hosts):
-        ranks = sum(h.slots for h in placement)
+        ranks = total_slots(placement)
         if ranks < 2:
             continue
         spread = f"-N{len(placement)}" if len(placement) > 1 else ""
@@ -166,7 +169,7 @@ def plan_probes(
                 nbytes=int(config.probe_mb * 1e6),
                 iterations=config.probe_iterations,
                 device=config.device,
-                threads_per_rank=threads_per_rank(cores_per_host, max(h.slots for h in placement)),
+                threads_per_rank=threads_per_rank(cores_per_host, most_slots(placement)),
             )
         )
     return probes

@@ -15,11 +15,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from bench import stats
+from bench.launcher_kinds import DDP, launcher_kind
 from bench.launchers import ExecResult
 from bench.rank import wire
 from bench.rank.telemetry import merge_telemetry
 from bench.schema import ProbeRow, RunRow, Status, knob_values
-from bench.spec import ProbeSpec, RunSpec
+from bench.spec import ProbeSpec, RunSpec, most_slots
 
 OOM_PATTERNS = ("out of memory", "outofmemoryerror", "cublas_status_alloc_failed")
 KEY_LINE = re.compile(
@@ -132,13 +133,15 @@ def allreduce_mb_per_image(spec: RunSpec, gradient_bytes: int) -> float:
     reduces nothing."""
     if spec.world_size == 1:
         return 0.0
-    wire_bytes = gradient_bytes / 2 if spec.workload.fp16_allreduce else gradient_bytes
-    accumulated = 1 if spec.launcher == "dp" else spec.variant.grad_accum
+    kind = launcher_kind(spec.launcher)
+    compressed = spec.workload.fp16_allreduce and kind.fp16_allreduce
+    wire_bytes = gradient_bytes / 2 if compressed else gradient_bytes
+    accumulated = spec.variant.grad_accum if kind.exchange_per_step else 1
     return wire_bytes / (spec.batch_per_gpu * accumulated) / 1e6
 
 
-def expected_backend(device: str, launcher: str = "ddp") -> str:
-    if launcher == "dp" and device != "cuda":
+def expected_backend(device: str, launcher: str = DDP.name) -> str:
+    if not launcher_kind(launcher).process_per_gpu and device != "cuda":
         return "none"  # DataParallel on CPU: one process, nothing to communicate
     return "nccl" if device == "cuda" else "gloo"
 
@@ -146,9 +149,10 @@ def expected_backend(device: str, launcher: str = "ddp") -> str:
 def run_interconnect(spec: RunSpec, report: wire.RunReport, result: ExecResult) -> str:
     """The interconnect column: what NCCL/gloo used between the ranks, or DataParallel's
     in-process copies between the GPUs of its one process."""
-    if spec.launcher == "dp":
+    kind = launcher_kind(spec.launcher)
+    if not kind.process_per_gpu:
         gpus = spec.world_size
-        return f"in-process (DataParallel over {gpus} GPUs)" if gpus > 1 else "none (1 GPU)"
+        return f"in-process ({kind.title} over {gpus} GPUs)" if gpus > 1 else "none (1 GPU)"
     return describe_interconnect(
         report.backend, [r.host for r in report.ranks], result.output, result.environ or os.environ
     )
@@ -252,7 +256,7 @@ def probe_row(spec: ProbeSpec, result: ExecResult, started_at: str) -> ProbeRow:
         "started_at": started_at,
         "gpus": spec.world_size,
         "nodes": len(spec.placement),
-        "gpus_per_node": max(h.slots for h in spec.placement),
+        "gpus_per_node": most_slots(spec.placement),
         "hosts": spec.hosts,
         "device": spec.device,
         "iterations": spec.iterations,

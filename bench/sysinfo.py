@@ -20,8 +20,8 @@ from typing import Any
 from bench import __version__
 from bench.config import Environment
 from bench.machine import torch_facts
+from bench.paths import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 ENV_PREFIXES = ("NCCL_", "GLOO_", "HOROVOD_", "TORCH_NCCL_", "TORCH_DISTRIBUTED_", "UCX_")
 ENV_NAMES = ("CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "MASTER_ADDR")
 

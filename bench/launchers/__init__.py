@@ -23,12 +23,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from bench.launcher_kinds import DDP, LauncherKind, launcher_kind
+from bench.paths import REPO_ROOT, bench_pythonpath
 from bench.rank.lifeline import DIE_WITH_PARENT_VAR
-from bench.spec import LAUNCHERS, SYNTHETIC, Placement, ProbeSpec, RunSpec
+from bench.spec import SYNTHETIC, Placement, ProbeSpec, RunSpec, most_slots, total_slots
 
 WORKER_MODULE = "bench.rank.worker"
 PROBE_MODULE = "bench.rank.probe"
-REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 # Every process of a multi-node launch carries RUN_TAG_VAR=<tag> in its environment (horovodrun
 # forwards its environment to remote ranks, the Slurm job script exports it): stopping a launch
 # finds its processes on each node by that exact value, and nothing else.
@@ -70,8 +71,7 @@ class Launch:
     """What one spec asks the launchers for, read from the spec in one place."""
 
     launch_id: str  # the run id or the probe id
-    launcher: str  # "ddp" (torchrun), "horovod" (horovodrun) or "dp" (one plain process);
-    # probes always use torchrun
+    launcher: str  # a name in bench.launcher_kinds; probes always use torchrun (ddp)
     module: str  # the rank entry point, run as python -m MODULE
     args: tuple[str, ...]
     placement: Placement
@@ -82,25 +82,28 @@ class Launch:
     sweep_id: str = ""  # the sweep it belongs to (SWEEP_TAG_VAR)
 
     @property
+    def kind(self) -> LauncherKind:
+        return launcher_kind(self.launcher)
+
+    @property
     def nodes(self) -> int:
         return len(self.placement)
 
     @property
     def world_size(self) -> int:
-        return sum(h.slots for h in self.placement)
+        return total_slots(self.placement)
 
     @property
     def ranks_per_node(self) -> int:
-        return max(h.slots for h in self.placement)
+        return most_slots(self.placement)
 
 
 def launch_of(spec: RunSpec | ProbeSpec) -> Launch:
     args = ("--spec", spec.encode())
     if isinstance(spec, ProbeSpec):
-        return Launch(spec.probe_id, "ddp", PROBE_MODULE, args, spec.placement,
+        return Launch(spec.probe_id, DDP.name, PROBE_MODULE, args, spec.placement,
                       spec.threads_per_rank, spec.device, sweep_id=spec.sweep_id)  # fmt: skip
-    if spec.launcher not in LAUNCHERS:
-        raise ValueError(f"unknown launcher {spec.launcher!r}")
+    launcher_kind(spec.launcher)  # ValueError for an unknown launcher
     data = spec.workload.data if spec.workload.data != SYNTHETIC else ""
     return Launch(spec.run_id, spec.launcher, WORKER_MODULE, args, spec.placement,
                   spec.threads_per_rank, spec.workload.device, spec.container_digest,
@@ -128,9 +131,7 @@ def rank_environment(threads: int, device: str, sweep_id: str = "") -> dict[str,
         "OMP_NUM_THREADS": str(threads),
         "MKL_NUM_THREADS": str(threads),
         "PYTHONUNBUFFERED": "1",
-        "PYTHONPATH": os.pathsep.join(
-            p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p
-        ),
+        "PYTHONPATH": bench_pythonpath(REPO_ROOT, os.environ.get("PYTHONPATH")),
     }
     if device == "cuda" and "NCCL_DEBUG" not in os.environ:
         env["NCCL_DEBUG"] = "INFO"

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from bench.launchers import FORWARDED_PREFIXES, RUN_TAG_VAR, Launch
 from bench.launchers.argv import NodeCommand, Tools
+from bench.paths import bench_pythonpath
 
 BENCH_MOUNT = "/opt/gpustack-bench"  # the bench package appears as BENCH_MOUNT/bench
 LABEL = "org.gpustack.bench.launch"  # docker ps --filter label=org.gpustack.bench.launch
@@ -125,7 +126,7 @@ class Containers:
         mounts = {os.path.join(bench_root, "bench"): f"{BENCH_MOUNT}/bench"}
         if data:
             mounts[data] = data
-        path = ":".join(p for p in (BENCH_MOUNT, image.pythonpath) if p)
+        path = bench_pythonpath(BENCH_MOUNT, image.pythonpath)  # the image's own kept after it
         names = sorted(set(passed) | set(PASSED_NAMES))
         return docker_run_argv(
             digest, argv, name=name, passed=names, values={"PYTHONPATH": path}, gpus=self.gpus,

@@ -9,8 +9,8 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from bench.launcher_kinds import Argv
 from bench.launchers import (
-    REPO_ROOT,
     ExecResult,
     Launch,
     launch_of,
@@ -27,6 +27,7 @@ from bench.launchers.argv import (
 )
 from bench.launchers.docker import Containers, container_name
 from bench.launchers.stop import STOP, StopPolicy, stop_container, stop_tree
+from bench.paths import REPO_ROOT
 from bench.rank.lifeline import die_with_parent
 from bench.spec import LOCAL_HOST, ProbeSpec, RunSpec, format_hosts
 
@@ -118,9 +119,9 @@ class LocalLauncher:
             )
         env = rank_environment(launch.threads_per_rank, launch.device, launch.sweep_id)
         tools = self.containers.tools(launch.image) if launch.image else self.tools
-        if launch.launcher == "dp":
+        if launch.kind.argv is Argv.PLAIN:
             argv = dataparallel_argv(tools.python, module=launch.module, args=launch.args)
-        elif launch.launcher == "horovod":
+        elif launch.kind.argv is Argv.HOROVODRUN:
             argv = horovodrun_argv(
                 tools.horovodrun, tools.python, np=launch.world_size,
                 hosts=format_hosts(launch.placement), module=launch.module, args=launch.args,

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from bench.config import Environment, HorovodStatus
 from bench.hosts import ClusterConfig, host_names
+from bench.launcher_kinds import Argv
 from bench.launchers import (
     FORWARDED_PREFIXES,
     ExecResult,
@@ -55,6 +56,7 @@ from bench.launchers.transport import (
 )
 from bench.launchers.versions import check_versions, components_for
 from bench.machine import NodeInfo, environment_of, survey_records
+from bench.paths import bench_pythonpath
 from bench.spec import Placement, ProbeSpec, RunSpec, format_hosts
 
 
@@ -63,7 +65,7 @@ def survey_command(python: str, target: str, workdir: str | None, versions: bool
     argv = [python, "-m", NODE_MODULE, "survey", target]
     if not versions:
         argv.append("--route-only")
-    env = {"PYTHONPATH": workdir} if workdir else None
+    env = {"PYTHONPATH": bench_pythonpath(workdir)} if workdir else None
     return shell_command(argv, env, workdir)
 
 
@@ -166,7 +168,7 @@ class SshLauncher:
         """Per node: the interface NCCL/Gloo use, the checkout on the node, forwarded settings."""
         env = {}
         for node in placement:
-            values = {**self.forwarded, "PYTHONPATH": self.cluster.remote_workdir}
+            values = {**self.forwarded, "PYTHONPATH": bench_pythonpath(self.cluster.remote_workdir)}
             interface = self._interface(node.host)
             if interface:
                 values.setdefault(socket_ifname_var(self.gpu), interface)
@@ -180,22 +182,23 @@ class SshLauncher:
 
     def rank_log_dirs(self, launch: Launch, tag: str) -> dict[str, str]:
         """Where each node's torchrun also writes its ranks' output (fetched after the run)."""
-        if launch.launcher == "horovod":
+        if launch.kind.argv is not Argv.TORCHRUN:  # horovodrun gathers its ranks' output itself
             return {}
         return {node.host: remote_run_dir(tag, node.host) for node in launch.placement}
 
     def commands(self, launch: Launch, tag: str) -> list[NodeCommand]:
         """The launch's commands: one torchrun per node (the first hosts the c10d store; each
         advertises the address the others reach it on), or horovodrun on the first node."""
-        if launch.launcher == "dp":  # bench.config refuses dp with --hosts first
-            raise ValueError("DataParallel runs on one machine, not across --hosts nodes")
+        kind = launch.kind
+        if not kind.multi_node:  # bench.config refuses it with --hosts first
+            raise ValueError(f"{kind.title} runs on one machine, not across --hosts nodes")
         placement = launch.placement
         base = rank_environment(launch.threads_per_rank, launch.device, launch.sweep_id)
         env = self.node_env(placement)
         first = placement[0].host
-        if launch.launcher == "horovod":
-            if launch.image:  # bench.containers refuses it before the sweep
-                raise ValueError("Horovod across nodes in containers needs sshd in the images")
+        if launch.image and not kind.containers_across_nodes:  # bench.containers refuses it first
+            raise ValueError(f"{kind.title} across nodes in containers needs sshd in the images")
+        if kind.argv is Argv.HOROVODRUN:
             argv = horovodrun_argv(
                 self.tools.horovodrun, self.tools.python, np=launch.world_size,
                 hosts=format_hosts(placement), module=launch.module, args=launch.args,

@@ -17,6 +17,7 @@ import torch.distributed as dist
 
 from bench.rank import wire
 from bench.rank.engines import DdpEngine, exit_rank
+from bench.rank.profiling import synchronize
 from bench.spec import ProbeSpec
 
 WARMUP = 3
@@ -32,8 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     buffer = torch.zeros(spec.nbytes // 4, dtype=torch.float32, device=info.device)
 
     def sync() -> None:
-        if info.device.type == "cuda":
-            torch.cuda.synchronize(info.device)
+        synchronize(info.device)
         dist.barrier()
 
     times = []

@@ -2,7 +2,8 @@
 
 `nvtx_range` marks warm-up, the timed window, each step and the loader-only window on the CUDA
 timeline (no-ops on CPU), so an `nsys profile python -m bench.scaling ...` capture lines up with
-the bench's own phases. `profile_steps` runs a few extra steps after the timed window (so the
+the bench's own phases; `synchronize` ends every timed window (the worker's, the loader's, the
+probe's, the profiled steps'). `profile_steps` runs a few extra steps after the timed window (so the
 profiler's overhead never touches a measured figure) on every rank, recording them with
 torch.profiler on the one rank that is asked to: it writes a Chrome/Perfetto trace and returns a
 summary for the report (the ops or kernels that took the most time, and the share of time spent
@@ -38,6 +39,13 @@ def nvtx_range(name: str, device: torch.device) -> Iterator[None]:
         yield
     finally:
         torch.cuda.nvtx.range_pop()
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for the work queued on a CUDA device (nothing to wait for on CPU): a timed window
+    ends only once the device has done what was asked in it."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def is_communication(name: str) -> bool:
@@ -111,8 +119,7 @@ def profile_steps(
         for i in range(steps):
             with nvtx_range(f"profiled step {i}", device):
                 train_step(*next(batches))
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
+        synchronize(device)
         wall = time.perf_counter() - start
     path = Path(trace_path)
     path.parent.mkdir(parents=True, exist_ok=True)

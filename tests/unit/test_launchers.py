@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from bench_builders import config_for, cpu_machine, gpu_machine
 
+import bench
 from bench.launchers import PROBE_MODULE, WORKER_MODULE, launch_of, rank_environment
 from bench.launchers.argv import (
     JOIN_TIMEOUT_S,
@@ -121,6 +122,15 @@ def test_rank_environment_sets_threads_for_both_launchers(monkeypatch: pytest.Mo
     assert rank_environment(1, "cuda")["NCCL_DEBUG"] == "INFO"
     monkeypatch.setenv("NCCL_DEBUG", "WARN")  # the user's choice wins
     assert "NCCL_DEBUG" not in rank_environment(1, "cuda")
+
+
+def test_ranks_import_the_bench_from_this_checkout_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the checkout holding the running `bench` package, ahead of what the controller inherited
+    checkout = str(Path(bench.__file__).resolve().parent.parent)
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    assert rank_environment(1, "cpu")["PYTHONPATH"] == checkout
+    monkeypatch.setenv("PYTHONPATH", "/opt/site-extra")
+    assert rank_environment(1, "cpu")["PYTHONPATH"] == f"{checkout}{os.pathsep}/opt/site-extra"
 
 
 # ---------------------------------------------------------------- the local backend
