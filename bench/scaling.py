@@ -11,6 +11,7 @@ import sys
 from collections.abc import Sequence
 
 from bench.config import ConfigError, Request
+from bench.launcher_kinds import DEFAULT_LAUNCHERS, launcher_kind
 from bench.options import EXIT_CODES, parse_request
 from bench.spec import NO_CONTAINER
 
@@ -21,8 +22,8 @@ def wants_horovod_check(request: Request) -> bool:
     """Importing horovod.torch to check it costs seconds: only when the sweep may use it here
     (a --hosts sweep asks the nodes instead; Slurm nodes run this environment; runs in a
     --container image use the image's, checked in the image)."""
-    launchers = request.values.get("launchers") or ("horovod",)
-    horovod = request.resume is not None or "horovod" in launchers
+    launchers = request.values.get("launchers") or DEFAULT_LAUNCHERS
+    horovod = request.resume is not None or any(launcher_kind(x).needs_horovod for x in launchers)
     on_host = NO_CONTAINER in (request.values.get("container") or (NO_CONTAINER,))
     return horovod and on_host and (request.cluster is None or request.cluster.slurm)
 

@@ -30,7 +30,7 @@ from bench.config import (
     Environment,
     Request,
     chosen_defaults,
-    horovod_problem,
+    launcher_problem,
     problems,
     refuse,
     request_problems,
@@ -39,6 +39,7 @@ from bench.config import (
 )
 from bench.containers import CheckedImage, check_containers, launcher_containers, pin_images
 from bench.hosts import ClusterConfig
+from bench.launcher_kinds import launcher_kind
 from bench.launchers import ExecResult, Launcher, RemoteError
 from bench.launchers.local import LocalLauncher
 from bench.launchers.slurm import SlurmLauncher
@@ -72,12 +73,10 @@ class Sweep:
 def unavailable_launchers(config: BenchConfig, env: Environment) -> dict[str, str]:
     """Launchers in the sweep that cannot run here (only possible when not asked for by name:
     validation rejects an explicit --launchers horovod that cannot run)."""
-    problems = {}
-    if "horovod" in config.launchers and runs_on_host(config):
-        problem = horovod_problem(env, config.device)
-        if problem:
-            problems["horovod"] = problem
-    return problems
+    if not runs_on_host(config):
+        return {}
+    problems = {x: launcher_problem(launcher_kind(x), env, config.device) for x in config.launchers}
+    return {x: problem for x, problem in problems.items() if problem}
 
 
 def unavailable_reason(sweep: Sweep, spec: RunSpec) -> str:

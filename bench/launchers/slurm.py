@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Literal
 
 from bench.hosts import ClusterConfig
+from bench.launcher_kinds import Argv
 from bench.launchers import (
     RUN_TAG_VAR,
     ExecResult,
@@ -107,9 +108,10 @@ class SlurmRun:
     ssh: SshOptions = field(default_factory=SshOptions)
 
     def __post_init__(self) -> None:
-        if self.launch.launcher == "dp":  # bench.config refuses dp with --slurm first
-            raise ValueError("DataParallel runs on one machine, not as a Slurm job")
-        if self.launch.launcher == "horovod" and not self.tools.horovodrun:
+        kind = self.launch.kind
+        if not kind.multi_node:  # bench.config refuses it with --slurm first
+            raise ValueError(f"{kind.title} runs on one machine, not as a Slurm job")
+        if kind.argv is Argv.HOROVODRUN and not self.tools.horovodrun:
             raise ValueError("a Horovod run needs the path of horovodrun")
         if len({h.slots for h in self.launch.placement}) != 1:
             raise ValueError("a Slurm job runs the same number of ranks on every node")
@@ -233,7 +235,7 @@ def _preamble(run: SlurmRun, options: SlurmOptions) -> list[str]:
 def job_script(run: SlurmRun, options: SlurmOptions) -> str:
     """The bash job script: survey and compare every node, then launch the configuration."""
     lines = _preamble(run, options)
-    if run.launch.launcher == "horovod":
+    if run.launch.kind.argv is Argv.HOROVODRUN:
         lines += [
             "# horovodrun on the batch host starts every rank, the other nodes' over ssh.",
             f"hosts=$(printf '%s:{run.ranks_per_node},' \"${{nodes[@]}}\")",

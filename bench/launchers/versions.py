@@ -6,14 +6,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from bench.launcher_kinds import HOROVOD_PACKAGE, TORCH_PACKAGE, launcher_kind
 from bench.launchers import RemoteError
 from bench.machine import NodeInfo
 
 # The components that must agree across nodes before a launch, and their display names.
 COMPARED_COMPONENTS: dict[str, str] = {
-    "torch": "torch",
+    TORCH_PACKAGE: "torch",
     "nccl": "NCCL",
-    "horovod": "Horovod",
+    HOROVOD_PACKAGE: "Horovod",
     "driver_branch": "NVIDIA driver branch",
 }
 
@@ -33,14 +34,10 @@ class Mismatch:
 
 
 def components_for(launcher: str, gpu: bool) -> tuple[str, ...]:
-    """What must match for a run: torch always, Horovod for Horovod runs, NCCL and the driver
-    branch on GPU nodes."""
-    components = ["torch"]
-    if launcher == "horovod":
-        components.append("horovod")
-    if gpu:
-        components += ["nccl", "driver_branch"]
-    return tuple(components)
+    """What must match for a run: the packages the launcher imports (torch, Horovod), and NCCL
+    and the driver branch on GPU nodes."""
+    components = launcher_kind(launcher).components
+    return (*components, "nccl", "driver_branch") if gpu else components
 
 
 def compare_versions(infos: Mapping[str, NodeInfo], components: Iterable[str]) -> list[Mismatch]:

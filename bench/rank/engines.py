@@ -11,6 +11,7 @@ from __future__ import annotations
 import inspect
 import os
 import sys
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any, NoReturn, Protocol
@@ -18,6 +19,7 @@ from typing import Any, NoReturn, Protocol
 import torch
 import torch.distributed as dist
 
+from bench.launcher_kinds import launcher_kind
 from bench.rank import layout
 from bench.spec import Workload
 
@@ -296,13 +298,16 @@ def optimizer_state_tensors(optimizer: torch.optim.Optimizer) -> dict[str, torch
     return named
 
 
+# Each engine by the name the launcher registry gives it (LauncherKind.engine), built from the
+# GPUs a DataParallel process drives and --compile-ddp-split.
+ENGINES: dict[str, Callable[[int, bool], Engine]] = {
+    "DistributedDataParallel": lambda devices, split_graph: DdpEngine(split_graph),
+    "DistributedOptimizer": lambda devices, split_graph: HorovodEngine(),
+    "DataParallel": lambda devices, split_graph: DataParallelEngine(devices),
+}
+
+
 def create(launcher: str, devices: int = 1, split_graph: bool = False) -> Engine:
     """The engine of a launcher; `devices`: the GPUs a DataParallel process drives;
     `split_graph`: DDP + compile split at buckets (--compile-ddp-split)."""
-    if launcher == "ddp":
-        return DdpEngine(split_graph)
-    if launcher == "horovod":
-        return HorovodEngine()
-    if launcher == "dp":
-        return DataParallelEngine(devices)
-    raise ValueError(f"unknown launcher {launcher!r}")
+    return ENGINES[launcher_kind(launcher).engine](devices, split_graph)

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bench import stats
+from bench.launcher_kinds import launcher_kind
 from bench.schema import ProbeRow, RunRow, Status
 
 
@@ -53,11 +54,11 @@ class ScalingPoint:
     @property
     def shares_cores(self) -> bool:
         """CPU ranks on one host split its cores between them (and the allreduce)."""
-        return self.cpu and self.ranks_per_node > 1 and self.launcher != "dp"
+        return self.cpu and self.ranks_per_node > 1 and launcher_kind(self.launcher).process_per_gpu
 
     @property
     def placement(self) -> str:
-        if self.launcher == "dp":  # DataParallel: one process, whatever it drives
+        if not launcher_kind(self.launcher).process_per_gpu:  # one process, whatever it drives
             threads = f"{self.threads_per_rank} thread" + ("s" if self.threads_per_rank > 1 else "")
             gpus = f"{self.gpus} GPU" + ("s" if self.gpus > 1 else "")
             return f"1 process x {threads}" if self.cpu else f"1 process driving {gpus}"
@@ -117,7 +118,7 @@ def _ceiling(
     grads = stats.mean(_present([r.gradient_mb for r in good])) * 1e6
     if math.isnan(base_step) or math.isnan(grads):
         return _Ceiling()
-    if first.fp16_allreduce:
+    if first.fp16_allreduce and launcher_kind(first.launcher).fp16_allreduce:
         grads /= 2
     step = base_step * first.batch_per_gpu / one.batch_per_gpu
     if first.device != "cuda":

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from bench import stats
+from bench.launcher_kinds import DDP, DP, HOROVOD, LAUNCHER_KINDS
 from bench.report.summary import ScalingPoint
 from bench.schema import ProbeRow, RunRow, Status
 
@@ -87,9 +88,9 @@ def scaling_table(points: Sequence[ScalingPoint]) -> list[str]:
     return table(scaling_header(any(p.cpu for p in points)), rows)
 
 
-LAUNCHER_NAMES = {"ddp": "DDP", "horovod": "Horovod", "dp": "DataParallel"}
+LAUNCHER_NAMES = {k.name: k.title for k in LAUNCHER_KINDS.values()}
 # (numerator, denominator) ratios the comparison shows when both launchers ran
-LAUNCHER_RATIOS = (("horovod", "ddp"), ("ddp", "dp"))
+LAUNCHER_RATIOS = ((HOROVOD.name, DDP.name), (DDP.name, DP.name))
 
 
 def launcher_comparison(points: Sequence[ScalingPoint]) -> list[str]:

@@ -19,6 +19,7 @@ from bench import containers
 from bench.config import BenchConfig, ConfigError, HorovodStatus, runs_on_host, validate
 from bench.containers import CheckedImage, Machine, check_image, pin_images, pinned_digest
 from bench.hosts import ClusterConfig
+from bench.launcher_kinds import DDP, HOROVOD
 from bench.launchers import RUN_TAG_VAR, ExecResult, launch_of
 from bench.launchers.argv import Tools
 from bench.launchers.docker import BENCH_MOUNT, container_name, docker_run_argv
@@ -467,8 +468,9 @@ def test_horovod_across_nodes_in_containers_is_unavailable() -> None:
     from bench.config import resolve
 
     config = resolve(request, cpu_machine())
-    problem = containers.horovod_in_image({}, config, cpu_machine())
+    problem = containers.launcher_in_image(HOROVOD, {}, config, cpu_machine())
     assert "needs sshd inside the containers" in problem
+    assert containers.launcher_in_image(DDP, {}, config, cpu_machine()) == ""
 
 
 def test_the_registry_digest_of_the_named_repository_is_preferred() -> None:

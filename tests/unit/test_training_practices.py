@@ -91,7 +91,7 @@ def test_dataparallel_never_runs_compiled_and_never_across_nodes() -> None:
     spec = plan_sweep(config, "s", local_placement(1), 2)[0]
     assert "torch.compile is not applied" in why_not_runnable(spec)
     multi = config_for(["--hosts", "a:1,b:1", "--launchers", "dp"], cpu_machine())
-    with pytest.raises(ConfigError, match="DataParallel is one process"):
+    with pytest.raises(ConfigError, match="--launchers dp: DataParallel runs on one machine only"):
         validate(multi, cpu_machine(), ["resnet18"])
 
 

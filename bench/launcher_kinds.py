@@ -1,0 +1,91 @@
+"""The launchers a sweep compares, declared once: how each one starts its ranks, what it needs on
+every node, what it can do, and which rank engine trains under it.
+
+Code outside this module asks a launcher's `LauncherKind` (`launcher_kind(name)`) and never
+compares a launcher's name with a string: adding a launcher is one entry here, its engine in
+bench.rank.engines and, if it has a new command line, its builder in bench.launchers.argv.
+
+Imports nothing from the bench (nor torch): the controller and the ranks both read it.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+# Components whose versions must agree across nodes (bench.launchers.versions) and that the
+# preflight checks on the machine that runs the ranks (bench.config.horovod_problem).
+TORCH_PACKAGE = "torch"
+HOROVOD_PACKAGE = "horovod"
+
+
+class Argv(enum.Enum):
+    """Which command line starts a launch (the builders in bench.launchers.argv): the local,
+    ssh and Slurm backends each dispatch on it once."""
+
+    TORCHRUN = "torchrun"  # one torchrun agent per node, meeting at a c10d rendezvous
+    HOROVODRUN = "horovodrun"  # one horovodrun that starts every rank (-H host:slots)
+    PLAIN = "python"  # one process, no launcher
+
+
+@dataclass(frozen=True)
+class LauncherKind:
+    name: str  # the --launchers value and the rows' launcher column
+    title: str  # how the report names it
+    description: str  # what it is, in --help
+    argv: Argv
+    engine: str  # the rank engine that wraps model and optimizer (bench.rank.engines.ENGINES)
+    components: tuple[str, ...]  # the packages it imports on every node
+    multi_node: bool  # can span --hosts/--hostfile/--slurm nodes
+    process_per_gpu: bool  # one rank process per GPU; False: one process drives every GPU
+    compile: bool  # --compile applies under it
+    fp16_allreduce: bool  # --fp16-allreduce compresses the gradients it exchanges
+    # Runs in --container images on several nodes: horovodrun starts the other nodes' ranks
+    # over ssh, which would need sshd inside the containers.
+    containers_across_nodes: bool
+    # Gradients are exchanged once per optimizer step, after the last accumulated micro-batch;
+    # False: after every backward pass (DataParallel sums the replicas' gradients onto GPU 0).
+    exchange_per_step: bool
+    default: bool  # in the sweep when --launchers is not given
+
+    @property
+    def needs_horovod(self) -> bool:
+        return HOROVOD_PACKAGE in self.components
+
+    def processes(self, gpus: int) -> int:
+        """The processes it starts to drive `gpus` GPUs (on one node, or in all)."""
+        return gpus if self.process_per_gpu else 1
+
+
+DDP = LauncherKind(
+    name="ddp", title="DDP", description="torchrun", argv=Argv.TORCHRUN,
+    engine="DistributedDataParallel", components=(TORCH_PACKAGE,), multi_node=True,
+    process_per_gpu=True, compile=True, fp16_allreduce=True, containers_across_nodes=True,
+    exchange_per_step=True, default=True,
+)  # fmt: skip
+HOROVOD = LauncherKind(
+    name="horovod", title="Horovod", description="horovodrun", argv=Argv.HOROVODRUN,
+    engine="DistributedOptimizer", components=(TORCH_PACKAGE, HOROVOD_PACKAGE), multi_node=True,
+    process_per_gpu=True, compile=True, fp16_allreduce=True, containers_across_nodes=False,
+    exchange_per_step=True, default=True,
+)  # fmt: skip
+# torch.nn.DataParallel, the baseline DDP is measured against; opt-in.
+DP = LauncherKind(
+    name="dp", title="DataParallel",
+    description="torch.nn.DataParallel: one process driving the GPUs of one machine",
+    argv=Argv.PLAIN, engine="DataParallel", components=(TORCH_PACKAGE,), multi_node=False,
+    process_per_gpu=False, compile=False, fp16_allreduce=False, containers_across_nodes=False,
+    exchange_per_step=False, default=False,
+)  # fmt: skip
+
+LAUNCHER_KINDS: dict[str, LauncherKind] = {k.name: k for k in (DDP, HOROVOD, DP)}
+LAUNCHERS: tuple[str, ...] = tuple(LAUNCHER_KINDS)
+DEFAULT_LAUNCHERS: tuple[str, ...] = tuple(k.name for k in LAUNCHER_KINDS.values() if k.default)
+
+
+def launcher_kind(name: str) -> LauncherKind:
+    """The launcher called `name`; ValueError for one the bench does not know."""
+    try:
+        return LAUNCHER_KINDS[name]
+    except KeyError:
+        raise ValueError(f"unknown launcher {name!r}") from None

@@ -1,0 +1,161 @@
+"""The launcher registry (bench.launcher_kinds): the one place that names launchers, and
+capabilities that match what the planner, the backends, the rows and the engines do."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+from bench_builders import MODELS, config_for, cpu_machine, gpu_machine
+
+from bench.config import BenchConfig, HorovodStatus, problems
+from bench.launcher_kinds import (
+    DEFAULT_LAUNCHERS,
+    HOROVOD_PACKAGE,
+    LAUNCHER_KINDS,
+    LAUNCHERS,
+    TORCH_PACKAGE,
+    Argv,
+    LauncherKind,
+    launcher_kind,
+)
+from bench.launchers import launch_of
+from bench.launchers.argv import Tools
+from bench.launchers.local import LocalLauncher
+from bench.launchers.versions import components_for
+from bench.plan import local_placement, plan_sweep, why_not_runnable
+from bench.rank import engines
+from bench.rows import allreduce_mb_per_image
+from bench.spec import RunSpec, knobs
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+REGISTRY = BENCH / "launcher_kinds.py"
+TOOLS = Tools(python="/venv/bin/python", horovodrun="/venv/bin/horovodrun")
+KINDS = list(LAUNCHER_KINDS.values())
+
+
+def _names_in(node: ast.AST) -> list[str]:
+    """The launcher names `node` spells as string literals (directly or in a literal tuple,
+    list or set)."""
+    elements = node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else [node]
+    return [
+        e.value
+        for e in elements
+        if isinstance(e, ast.Constant) and isinstance(e.value, str) and e.value in LAUNCHERS
+    ]
+
+
+def launcher_name_comparisons(source: str) -> list[str]:
+    """Each `x == "ddp"`, `"dp" != x`, `x in ("ddp", ...)` or `case "horovod":` in `source`."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            for side in (node.left, *node.comparators):
+                found += [f"{node.lineno}: {name!r}" for name in _names_in(side)]
+        elif isinstance(node, ast.MatchValue):
+            found += [f"{node.lineno}: case {name!r}" for name in _names_in(node.value)]
+    return found
+
+
+def test_the_detector_finds_every_form_of_comparison() -> None:
+    source = (
+        'if spec.launcher == "dp": pass\n'
+        'if "horovod" != name: pass\n'
+        'if name in ("ddp", "other"): pass\n'
+        'if name not in {"dp"}: pass\n'
+        'match name:\n    case "horovod": pass\n'
+        'if name == "torchrun" or name in ("a", "b"): pass\n'  # not launcher names
+    )
+    assert launcher_name_comparisons(source) == [
+        "1: 'dp'", "2: 'horovod'", "3: 'ddp'", "4: 'dp'", "6: case 'horovod'",
+    ]  # fmt: skip
+
+
+def test_no_module_but_the_registry_compares_a_launcher_name_with_a_string() -> None:
+    offenders = {
+        str(path.relative_to(BENCH.parent)): found
+        for path in sorted(BENCH.rglob("*.py"))
+        if path != REGISTRY and (found := launcher_name_comparisons(path.read_text()))
+    }
+    assert offenders == {}
+
+
+def test_names_are_the_cli_choices_and_lookup_refuses_others() -> None:
+    assert LAUNCHERS == ("ddp", "horovod", "dp")
+    assert DEFAULT_LAUNCHERS == ("ddp", "horovod")  # dp is opt-in
+    choices = dict(knobs(BenchConfig))["launchers"].values
+    assert choices is not None and tuple(choices) == LAUNCHERS
+    assert config_for([], cpu_machine()).launchers == DEFAULT_LAUNCHERS
+    assert all(launcher_kind(name).name == name for name in LAUNCHERS)
+    with pytest.raises(ValueError, match="unknown launcher 'mpi'"):
+        launcher_kind("mpi")
+
+
+def _spec(name: str, *argv: str, gpus: int = 2) -> RunSpec:
+    config = config_for(["--gpus", str(gpus), "--launchers", name, *argv], gpu_machine())
+    return plan_sweep(config, "s", local_placement(gpus), 32)[0]
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=LAUNCHERS)
+def test_the_local_command_is_the_kinds_argv(kind: LauncherKind) -> None:
+    argv = LocalLauncher(TOOLS).command(launch_of(_spec(kind.name)), port=29500).argv
+    starts = {
+        Argv.TORCHRUN: ("/venv/bin/python", "-m", "torch.distributed.run"),
+        Argv.HOROVODRUN: ("/venv/bin/horovodrun",),
+        Argv.PLAIN: ("/venv/bin/python", "-m", "bench.rank.worker"),
+    }[kind.argv]
+    assert argv[: len(starts)] == starts
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=LAUNCHERS)
+def test_processes_per_gpu_and_compile_match_the_plan(kind: LauncherKind) -> None:
+    spec = _spec(kind.name, gpus=4)
+    assert spec.processes == (4 if kind.process_per_gpu else 1)
+    assert kind.process_per_gpu or kind.name == "dp"  # only DataParallel is one process
+    compiled = _spec(kind.name, "--compile", "on")
+    assert (why_not_runnable(compiled) == "") == kind.compile
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=LAUNCHERS)
+def test_multi_node_is_what_validation_allows(kind: LauncherKind) -> None:
+    config = config_for(["--hosts", "a:1,b:1", "--launchers", kind.name], gpu_machine())
+    refused = [e for e in problems(config, gpu_machine(), MODELS) if "cannot span nodes" in e]
+    assert bool(refused) != kind.multi_node
+    assert kind.multi_node or not kind.containers_across_nodes
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=LAUNCHERS)
+def test_components_are_the_version_check_and_the_preflight(kind: LauncherKind) -> None:
+    assert components_for(kind.name, gpu=False) == kind.components
+    assert components_for(kind.name, gpu=True) == (*kind.components, "nccl", "driver_branch")
+    assert kind.components[0] == TORCH_PACKAGE
+    assert kind.needs_horovod == (kind.name == "horovod")
+    no_horovod = gpu_machine(horovod=HorovodStatus(False, reason="horovodrun not found"))
+    config = config_for(["--launchers", kind.name], no_horovod)
+    refused = [e for e in problems(config, no_horovod, MODELS) if "horovodrun not found" in e]
+    assert bool(refused) == (HOROVOD_PACKAGE in kind.components)
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=LAUNCHERS)
+def test_gradient_exchange_capabilities_shape_the_wire_column(kind: LauncherKind) -> None:
+    grads = 100_000_000  # bytes; per GPU batch 8 on 2 GPUs
+    plain = allreduce_mb_per_image(_spec(kind.name, "--batch-size", "8"), grads)
+    assert plain == pytest.approx(100 / 8)
+    fp16 = allreduce_mb_per_image(_spec(kind.name, "--batch-size", "8", "--fp16-allreduce"), grads)
+    assert fp16 == pytest.approx(plain / 2 if kind.fp16_allreduce else plain)
+    spec = _spec(kind.name, "--batch-size", "8", "--grad-accum", "4")
+    accumulated = allreduce_mb_per_image(spec, grads)
+    assert accumulated == pytest.approx(plain / 4 if kind.exchange_per_step else plain)
+
+
+def test_every_kind_has_its_engine_and_nothing_else_does() -> None:
+    assert set(engines.ENGINES) == {k.engine for k in KINDS}
+    expected = {"ddp": engines.DdpEngine, "horovod": engines.HorovodEngine,
+                "dp": engines.DataParallelEngine}  # fmt: skip
+    for name, cls in expected.items():
+        assert isinstance(engines.create(name, devices=2), cls)
+    dp = engines.create("dp", devices=2)  # the one kind without compile refuses it
+    assert not launcher_kind("dp").compile
+    with pytest.raises(ValueError, match=r"torch\.compile is not applied"):
+        dp.compile(object())  # type: ignore[arg-type]
