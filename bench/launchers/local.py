@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import BinaryIO
 
 from bench.launcher_kinds import Argv
 from bench.launchers import (
@@ -31,7 +34,43 @@ from bench.paths import REPO_ROOT
 from bench.rank.lifeline import die_with_parent
 from bench.spec import LOCAL_HOST, ProbeSpec, RunSpec, format_hosts
 
-_INTERRUPTS = {signal.SIGINT, signal.SIGTERM}
+_INTERRUPTS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def _interrupts_held() -> Iterator[None]:
+    """Ctrl-C and SIGTERM arriving inside the block are recorded, not raised, and raised again
+    as the block ends (in the main thread; elsewhere Python runs no signal handler anyway)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+
+    def hold(signum: int, _frame: object) -> None:
+        held.append(signum)
+
+    previous = {sig: signal.signal(sig, hold) for sig in _INTERRUPTS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        for signum in held:
+            signal.raise_signal(signum)  # to this thread: the handler restored above runs now
+
+
+def _start(argv: Sequence[str], env: Mapping[str, str], log: BinaryIO) -> subprocess.Popen:
+    log.write(("$ " + " ".join(argv) + "\n").encode())
+    log.flush()
+    return subprocess.Popen(
+        list(argv),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, **env},
+        start_new_session=True,
+        preexec_fn=die_with_parent,  # killed with the controller, even by SIGKILL
+    )
 
 
 def execute(
@@ -46,9 +85,11 @@ def execute(
     (and first the named container the command runs in, if any).
 
     On KeyboardInterrupt the tree is stopped too and the interrupt propagates, so the caller can
-    record the run as interrupted. The child runs in its own session: a terminal's Ctrl-C reaches
-    only the sweep, which decides what to stop. It dies with this process (PR_SET_PDEATHSIG),
-    and so do its ranks (bench.rank.lifeline): a controller killed with SIGKILL leaves none.
+    record the run as interrupted; one that lands while the child is being started waits until
+    the child exists and can be stopped. The child runs in its own session: a terminal's Ctrl-C
+    reaches only the sweep, which decides what to stop. It dies with this process
+    (PR_SET_PDEATHSIG), and so do its ranks (bench.rank.lifeline): a controller killed with
+    SIGKILL leaves none.
     """
 
     def stop() -> None:
@@ -59,39 +100,19 @@ def execute(
     log_path.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     timed_out = False
-    # An interrupt that lands while the child is being started would leave it running with no
-    # `proc` to stop: Ctrl-C and SIGTERM wait (blocked) until it exists, then arrive in the try.
-    previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _INTERRUPTS)
-
-    def in_child() -> None:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)  # exec keeps the mask
-        die_with_parent()  # killed with the controller, even by SIGKILL
-
-    try:
-        with open(log_path, "wb") as log:  # the child writes through its own copy of the file
-            log.write(("$ " + " ".join(argv) + "\n").encode())
-            log.flush()
-            proc = subprocess.Popen(
-                list(argv),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env={**os.environ, **env},
-                start_new_session=True,
-                preexec_fn=in_child,
-            )
-    except BaseException:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
-        raise
-    try:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)  # a blocked interrupt lands here
-        proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        stop()
-    except BaseException:
-        stop()
-        raise
+    proc: subprocess.Popen | None = None
+    with open(log_path, "wb") as log:
+        try:
+            with _interrupts_held():
+                proc = _start(argv, env, log)
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            stop()
+        except BaseException:
+            if proc is not None:
+                stop()
+            raise
     wall = time.monotonic() - started
     output = log_path.read_text(errors="replace")
     returncode = None if timed_out else proc.returncode

@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -166,13 +167,6 @@ def test_execute_captures_output_and_status(tmp_path: Path) -> None:
     assert log.read_text() == result.output
 
 
-def test_the_child_holds_no_signal_the_controller_held_while_starting_it(tmp_path: Path) -> None:
-    code = "print(open('/proc/self/status').read())"
-    result = execute([sys.executable, "-c", code], {}, 30, tmp_path / "s.log")
-    (blocked,) = [ln for ln in result.output.splitlines() if ln.startswith("SigBlk:")]
-    assert int(blocked.split()[1], 16) == 0  # TERM from the stop policy reaches it
-
-
 def test_free_port_is_bindable() -> None:
     port = free_port()
     with socket.socket() as s:
@@ -223,7 +217,8 @@ def test_an_interrupt_while_the_child_starts_still_stops_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Ctrl-C landing inside Popen (after the fork, before `proc` exists) is held until the
-    child can be stopped."""
+    child can be stopped, though another thread is there to take a process-wide signal (the
+    controller has tqdm's); the handler in force before is the one that runs."""
     import bench.launchers.local as local
 
     started: list[subprocess.Popen] = []
@@ -236,13 +231,18 @@ def test_an_interrupt_while_the_child_starts_still_stops_it(
         return proc
 
     monkeypatch.setattr(local.subprocess, "Popen", popen_then_ctrl_c)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    with pytest.raises(KeyboardInterrupt):
-        execute([sys.executable, "-c", "import time; time.sleep(600)"], {}, 60, tmp_path / "i.log",
-                QUICK)  # fmt: skip
+    other = threading.Thread(target=time.sleep, args=(5,), daemon=True)
+    other.start()
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            argv = [sys.executable, "-c", "import time; time.sleep(600)"]
+            execute(argv, {}, 60, tmp_path / "i.log", QUICK)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, previous)
     (proc,) = started
     assert proc.returncode is not None  # stopped and reaped, not left running
-    assert signal.pthread_sigmask(signal.SIG_BLOCK, set()) == set()  # and nothing stays held here
 
 
 def test_stop_tree_with_another_policy_sends_its_signals(tmp_path: Path) -> None:
