@@ -22,13 +22,12 @@ import ipaddress
 import re
 import shlex
 import socket
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.argtypes import int_list
-from bench.spec import LOCAL_HOST, HostSlots, Placement
+from bench.spec import LOCAL_HOST, HostSlots, Placement, knob, knobs
 
 # Hostnames (RFC 1123 labels, underscores tolerated as many fleets use them) and IPv4/IPv6
 # addresses. Nothing here may reach a shell unquoted, but a strict check turns a typo such as
@@ -253,32 +252,147 @@ def is_local_host(name: str) -> bool:
 # The multi-node part of a sweep's configuration (saved in sweep.json with the rest)
 
 
-@dataclass(frozen=True)
+def _ssh_option(text: str) -> str:
+    """One --ssh-option: an ssh -o KEY=VALUE."""
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return text
+
+
+def _sbatch_options(text: str) -> tuple[str, ...]:
+    """--slurm-args: sbatch options split as a shell would ("--qos=bench --exclusive")."""
+    try:
+        return tuple(shlex.split(text))
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"{err} in {text!r}") from None
+
+
+@dataclass(frozen=True, kw_only=True)
 class ClusterConfig:
-    """Where a multi-node sweep runs and how the bench reaches the nodes.
+    """Where a multi-node sweep runs and how the bench reaches the nodes: the multi-node options
+    of python -m bench.scaling, each declared here as a knob (bench.options makes the parser's
+    multi-node group from them; `cluster_from_options` resolves what was typed into this).
 
     Either hosts (reached over ssh) or slurm (nodes allocated per configuration by Slurm). Plain
     data, so it round-trips through sweep.json for --resume; bench.launchers.ssh and .slurm turn
     it into ssh and Slurm options.
     """
 
-    hosts: tuple[tuple[str, int], ...]
-    node_counts: tuple[int, ...]
-    gpus_per_node: tuple[int, ...]
-    slurm: bool = False
-    ssh_user: str | None = None
-    ssh_port: int | None = None
-    ssh_identity_file: str | None = None
-    ssh_config: str | None = None
-    ssh_options: tuple[str, ...] = ()
-    network_interface: str | None = None
-    remote_python: str = ""
-    remote_workdir: str = ""
-    rdzv_port: int = 29400
-    slurm_partition: str | None = None
-    slurm_account: str | None = None
-    slurm_args: tuple[str, ...] = ()
-    slurm_submit: str = "sbatch"
+    # --hosts text (or --hostfile's lines) -> the hosts and their slots
+    hosts: tuple[tuple[str, int], ...] = knob(
+        "--hosts",
+        "nodes and their GPUs (ranks), e.g. node1:8,node2:8",
+        words="this machine only",
+        exclusive="where",
+    )
+    hostfile: str | None = knob(
+        "--hostfile",
+        "MPI/Horovod hostfile: 'node1 slots=8' or 'node1:8' lines",
+        words="none",
+        exclusive="where",
+        optional=True,
+    )
+    slurm: bool = knob(
+        "--slurm",
+        "one Slurm job per configuration",
+        default=False,
+        switch=True,
+        words="no Slurm",
+        exclusive="where",
+        optional=True,
+    )
+    node_counts: tuple[int, ...] = knob(
+        "--nodes",
+        "node counts to sweep, required with --slurm",
+        parse=int,
+        many=True,
+        words="1,2,4,... up to all hosts",
+    )
+    gpus_per_node: tuple[int, ...] = knob(
+        "--gpus-per-node",
+        "ranks per node to sweep",
+        parse=int,
+        many=True,
+        words="1,2,4,... up to the smallest host's slots; 1 with --slurm",
+    )
+    # How the nodes of --hosts/--hostfile are reached (and Slurm jobs' horovodrun reaches the
+    # other nodes).
+    ssh_user: str | None = knob(
+        "--ssh-user", "ssh user on the nodes", words="yours, or ~/.ssh/config's", optional=True
+    )
+    ssh_port: int | None = knob(
+        "--ssh-port",
+        "sshd port of every node",
+        parse=int,
+        words="22 or ~/.ssh/config's",
+        optional=True,
+    )
+    ssh_identity_file: str | None = knob(
+        "--ssh-identity-file",
+        "private key for ssh to the nodes, also given to horovodrun",
+        words="ssh's own choice",
+        optional=True,
+    )
+    ssh_config: str | None = knob(
+        "--ssh-config", "ssh client config file, ssh -F", words="~/.ssh/config", optional=True
+    )
+    ssh_options: tuple[str, ...] = knob(
+        "--ssh-option",
+        "extra ssh -o KEY=VALUE option, repeatable, e.g. UserKnownHostsFile=/path",
+        parse=_ssh_option,
+        repeat=True,
+        default=(),
+        words="none",
+        optional=True,
+    )
+    network_interface: str | None = knob(
+        "--network-interface",
+        "interface for NCCL/Gloo traffic on every node",
+        words="the one routing to the first node, found on each node",
+        optional=True,
+    )
+    remote_python: str = knob(
+        "--remote-python",
+        "Python on the nodes",
+        default="",
+        words="this interpreter's path",
+        optional=True,
+    )
+    remote_workdir: str = knob(
+        "--remote-workdir",
+        "bench checkout on the nodes",
+        default="",
+        words="this checkout's path",
+        optional=True,
+    )
+    rdzv_port: int = knob(
+        "--rdzv-port",
+        "c10d rendezvous port on the first node",
+        parse=int,
+        default=29400,
+        optional=True,
+    )
+    slurm_partition: str | None = knob(
+        "--slurm-partition", "partition the jobs go to", words="Slurm's", optional=True
+    )
+    slurm_account: str | None = knob(
+        "--slurm-account", "account charged for the jobs", words="Slurm's", optional=True
+    )
+    slurm_args: tuple[str, ...] = knob(
+        "--slurm-args",
+        "more sbatch options, e.g. '--qos=bench --exclusive'",
+        parse=_sbatch_options,
+        default=(),
+        words="none",
+        optional=True,
+    )
+    slurm_submit: str = knob(
+        "--slurm-submit",
+        "sbatch --wait (batch) or salloc (interactive)",
+        values={"sbatch": "sbatch", "salloc": "salloc"},
+        default="sbatch",
+        optional=True,
+    )
 
     @property
     def placement(self) -> Placement:
@@ -310,131 +424,44 @@ class ClusterConfig:
 SLURM_NODE_PREFIX = "slurm-node"
 
 
-def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
-    """The multi-node options of python -m bench.scaling."""
-    group = parser.add_argument_group(
-        "multi-node",
-        "Sweep node counts as well as GPUs per node: torchrun on every node with a c10d "
-        "rendezvous on the first (started over ssh), horovodrun -H from the first node, or one "
-        "Slurm job per configuration with --slurm.",
-    )
-    add = group.add_argument
-    where = group.add_mutually_exclusive_group()
-    where.add_argument(
-        "--hosts",
-        help="nodes and their GPUs (ranks), e.g. node1:8,node2:8 (default: this machine only)",
-    )
-    where.add_argument("--hostfile", type=Path,
-                       help="MPI/Horovod hostfile: 'node1 slots=8' or 'node1:8' lines "
-                       "(default: none)")  # fmt: skip
-    where.add_argument("--slurm", action="store_true",
-                       help="one Slurm job per configuration (default: no Slurm)")  # fmt: skip
-    add(
-        "--nodes",
-        dest="node_counts",
-        type=int_list,
-        help="node counts to sweep, required with --slurm (default: 1,2,4,... up to all hosts)",
-    )
-    add(
-        "--gpus-per-node",
-        dest="gpus_per_node",
-        type=int_list,
-        help="ranks per node to sweep (default: 1,2,4,... up to the smallest host's slots; "
-        "1 with --slurm)",
-    )
-    _add_ssh_options(add)
-    _add_slurm_options(add)
-
-
-def _add_ssh_options(add: Any) -> None:
-    """How the nodes of --hosts/--hostfile are reached (and Slurm jobs' horovodrun reaches
-    the other nodes)."""
-    add("--ssh-user", help="ssh user on the nodes (default: yours, or ~/.ssh/config's)")
-    add("--ssh-port", type=int, help="sshd port of every node (default: 22 or ~/.ssh/config's)")
-    add(
-        "--ssh-identity-file",
-        help="private key for ssh to the nodes, also given to horovodrun "
-        "(default: ssh's own choice)",
-    )
-    add("--ssh-config", help="ssh client config file, ssh -F (default: ~/.ssh/config)")
-    add(
-        "--ssh-option",
-        dest="ssh_options",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="extra ssh -o option, repeatable, e.g. UserKnownHostsFile=/path (default: none)",
-    )
-    add(
-        "--network-interface",
-        help="interface for NCCL/Gloo traffic on every node (default: the one routing to the "
-        "first node, found on each node)",
-    )
-    add("--remote-python", help="Python on the nodes (default: this interpreter's path)")
-    add("--remote-workdir", help="bench checkout on the nodes (default: this checkout's path)")
-    add(
-        "--rdzv-port",
-        type=int,
-        default=29400,
-        help="c10d rendezvous port on the first node (default: 29400)",
-    )
-
-
-def _add_slurm_options(add: Any) -> None:
-    add("--slurm-partition", help="partition the jobs go to (default: Slurm's)")
-    add("--slurm-account", help="account charged for the jobs (default: Slurm's)")
-    add(
-        "--slurm-args",
-        default="",
-        help="more sbatch options, e.g. '--qos=bench --exclusive' (default: none)",
-    )
-    add("--slurm-submit", choices=("sbatch", "salloc"), default="sbatch",
-        help="sbatch --wait (batch) or salloc (interactive) (default: sbatch)")  # fmt: skip
-
-
-def cluster_from_args(args: argparse.Namespace, python: str, workdir: str) -> ClusterConfig | None:
-    """The ClusterConfig the options describe, None for a single-node sweep.
+def cluster_from_options(
+    typed: Mapping[str, Any], python: str, workdir: str
+) -> ClusterConfig | None:
+    """The ClusterConfig the multi-node options describe (field name -> the parsed value, None
+    where not given), None for a single-node sweep. The nodes run `python` in `workdir` unless
+    --remote-python/--remote-workdir say otherwise.
 
     Raises HostSpecError for a host list, hostfile or grid that cannot work.
     """
-    if not (args.hosts or args.hostfile or args.slurm):
-        options = {"node_counts": "--nodes", "gpus_per_node": "--gpus-per-node"}
-        given = [flag for dest, flag in options.items() if getattr(args, dest)]
-        if given:
-            raise HostSpecError(f"{', '.join(given)} need --hosts, --hostfile or --slurm")
+    declared = dict(knobs(ClusterConfig))
+    given = {n: k.default if typed.get(n) is None else typed[n] for n, k in declared.items()}
+    if not (given["hosts"] or given["hostfile"] or given["slurm"]):
+        grid = [declared[n].flag for n in ("node_counts", "gpus_per_node") if given[n]]
+        if grid:
+            raise HostSpecError(f"{', '.join(grid)} need --hosts, --hostfile or --slurm")
         return None
-    if args.slurm:
-        if not args.node_counts:
+    if given["slurm"]:
+        if not given["node_counts"]:
             raise HostSpecError("--slurm needs --nodes (the node counts to sweep, e.g. 1,2)")
         hosts: Placement = ()
-        node_counts = tuple(sorted(set(args.node_counts)))
-        gpus = tuple(sorted(set(args.gpus_per_node or (1,))))
+        node_counts = tuple(sorted(set(given["node_counts"])))
+        gpus = tuple(sorted(set(given["gpus_per_node"] or (1,))))
         if min(node_counts) < 1 or min(gpus) < 1:
             raise HostSpecError("--nodes and --gpus-per-node must be >= 1")
     else:
-        hosts = parse_hostfile(args.hostfile) if args.hostfile else parse_hosts(args.hosts)
-        plans = plan_node_sweep(hosts, args.node_counts, args.gpus_per_node)
+        hostfile = given["hostfile"]
+        hosts = parse_hostfile(hostfile) if hostfile else parse_hosts(given["hosts"])
+        plans = plan_node_sweep(hosts, given["node_counts"], given["gpus_per_node"])
         node_counts = tuple(sorted({len(p) for p in plans}))
         gpus = tuple(sorted({p[0].slots for p in plans}))
-    for option in args.ssh_options:
-        if "=" not in option:
-            raise HostSpecError(f"--ssh-option {option!r}: expected KEY=VALUE")
     return ClusterConfig(
-        hosts=tuple((h.host, h.slots) for h in hosts),
-        node_counts=node_counts,
-        gpus_per_node=gpus,
-        slurm=bool(args.slurm),
-        ssh_user=args.ssh_user,
-        ssh_port=args.ssh_port,
-        ssh_identity_file=args.ssh_identity_file,
-        ssh_config=args.ssh_config,
-        ssh_options=tuple(args.ssh_options),
-        network_interface=args.network_interface,
-        remote_python=args.remote_python or python,
-        remote_workdir=args.remote_workdir or workdir,
-        rdzv_port=args.rdzv_port,
-        slurm_partition=args.slurm_partition,
-        slurm_account=args.slurm_account,
-        slurm_args=tuple(shlex.split(args.slurm_args)),
-        slurm_submit=args.slurm_submit,
+        **{
+            **given,
+            "hosts": tuple((h.host, h.slots) for h in hosts),
+            "node_counts": node_counts,
+            "gpus_per_node": gpus,
+            "ssh_options": tuple(given["ssh_options"]),  # --ssh-option repeated: a list
+            "remote_python": given["remote_python"] or python,
+            "remote_workdir": given["remote_workdir"] or workdir,
+        }
     )

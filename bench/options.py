@@ -1,9 +1,9 @@
 """The command line of `python -m bench.scaling`, generated from the knob declarations.
 
-Each option comes from a `Knob` on a field of bench.config.BenchConfig, bench.spec.Variant or
-bench.spec.Workload (plus --resume, --no-progress and the multi-node options of bench.hosts);
-its help states the default once, in words. `parse_request` turns argv into a Request; a
-malformed value is refused by argparse with the problem on the first line.
+Each option comes from a `Knob` on a field of bench.config.BenchConfig, bench.spec.Variant,
+bench.spec.Workload or bench.hosts.ClusterConfig (the multi-node options), plus --resume and
+--no-progress; its help states the default once, in words. `parse_request` turns argv into a
+Request; a malformed value is refused by argparse with the problem on the first line.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.config import BenchConfig, ConfigError, Request, all_knobs
-from bench.hosts import HostSpecError, add_cluster_arguments, cluster_from_args
+from bench.hosts import ClusterConfig, HostSpecError, cluster_from_options
 from bench.paths import REPO_ROOT
 from bench.spec import Knob, Variant, Workload, knobs
 
@@ -72,6 +72,7 @@ def _value_type(k: Knob) -> Callable[[str], Any]:
 def add_knob(group: Any, name: str, k: Knob) -> None:
     """One option from its declaration: the help states the default once, in words."""
     help_text = f"{k.help} (default: {k.default_words()})"
+    action = "append" if k.repeat else "store"
     if k.switch:
         group.add_argument(k.flag, dest=name, action="store_const", const=not k.default,
                            default=None, help=help_text)  # fmt: skip
@@ -81,8 +82,18 @@ def add_knob(group: Any, name: str, k: Knob) -> None:
     else:  # named after the option, not the field: --steps N, --gpus N[,N...]
         metavar = k.flag.removeprefix("--").upper().replace("-", "_")
         metavar += f"[,{metavar}...]" if k.many else ""
-    group.add_argument(k.flag, dest=name, type=_value_type(k), default=None, metavar=metavar,
-                       help=help_text)  # fmt: skip
+    group.add_argument(k.flag, dest=name, action=action, type=_value_type(k), default=None,
+                       metavar=metavar, help=help_text)  # fmt: skip
+
+
+def add_knobs(group: Any, cls: type) -> None:
+    """The options of a declaration's knobs, in order; those naming one `exclusive` set go in
+    a mutually exclusive group (argparse refuses two of them together)."""
+    exclusive: dict[str, Any] = {}
+    for name, k in knobs(cls):
+        if k.exclusive and k.exclusive not in exclusive:
+            exclusive[k.exclusive] = group.add_mutually_exclusive_group()
+        add_knob(exclusive[k.exclusive] if k.exclusive else group, name, k)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -102,15 +113,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--no-progress", dest="progress", action="store_false",
                    help="no progress bar (default: a progress bar)")  # fmt: skip
-    sweep = p.add_argument_group("sweep", "How the sweep runs.")
-    for name, k in knobs(BenchConfig):
-        add_knob(sweep, name, k)
+    add_knobs(p.add_argument_group("sweep", "How the sweep runs."), BenchConfig)
     workload = p.add_argument_group("workload", "What every run trains; each comma list is "
                                     "swept, every combination a separate run.")  # fmt: skip
     for cls in (Variant, Workload):
-        for name, k in knobs(cls):
-            add_knob(workload, name, k)
-    add_cluster_arguments(p)
+        add_knobs(workload, cls)
+    multi_node = p.add_argument_group(
+        "multi-node",
+        "Sweep node counts as well as GPUs per node: torchrun on every node with a c10d "
+        "rendezvous on the first (started over ssh), horovodrun -H from the first node, or one "
+        "Slurm job per configuration with --slurm.",
+    )
+    add_knobs(multi_node, ClusterConfig)
     return p
 
 
@@ -120,7 +134,7 @@ def parse_request(argv: Sequence[str] | None) -> Request:
     values = {name: getattr(args, name) for name, _ in all_knobs()}
     try:
         # The nodes run the same interpreter and checkout paths unless told otherwise.
-        cluster = cluster_from_args(args, python=sys.executable, workdir=str(REPO_ROOT))
+        cluster = cluster_from_options(vars(args), python=sys.executable, workdir=str(REPO_ROOT))
     except HostSpecError as exc:
         raise ConfigError(f"  - {exc}") from None
     if cluster is not None and values["gpu_counts"]:

@@ -69,7 +69,9 @@ class Knob:
     then says which). words: the default as the help states it, when not `default` itself.
     values: the accepted words and the value each stands for (choices); else `parse` reads one.
     switch: an option without a value that sets `not default`. many: a comma list (a Variant
-    field's values are each a separate run). at_least/above: the smallest allowed value.
+    field's values are each a separate run). repeat: the option may be given again, each value
+    kept (a value that may hold commas, such as an ssh -o option). at_least/above: the smallest
+    allowed value. exclusive: knobs naming the same set may not be given together.
     """
 
     flag: str
@@ -82,9 +84,11 @@ class Knob:
     parse: Callable[[str], Any] | None = None
     switch: bool = False
     many: bool = False
+    repeat: bool = False
     at_least: float | None = None
     above: float | None = None
     row: bool = True
+    exclusive: str = ""
 
     def default_words(self) -> str:
         if self.words:
@@ -102,9 +106,11 @@ def _as_tuple(value: Any) -> tuple[Any, ...]:
     return value if isinstance(value, tuple) else (value,)
 
 
-def knob(flag: str, help: str, **options: Any) -> Any:
-    """A dataclass field declared as a knob (see `Knob`)."""
-    return field(metadata={"knob": Knob(flag, help, **options)})
+def knob(flag: str, help: str, *, optional: bool = False, **options: Any) -> Any:
+    """A dataclass field declared as a knob (see `Knob`); an optional field defaults to the
+    knob's default, so a record written before the field existed still loads."""
+    k = Knob(flag, help, **options)
+    return field(default=k.default if optional else dataclasses.MISSING, metadata={"knob": k})
 
 
 def knobs(cls: type) -> Iterator[tuple[str, Knob]]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import socket
@@ -16,9 +15,8 @@ from bench.config import BenchConfig, ConfigError, resolve, validate
 from bench.hosts import (
     ClusterConfig,
     HostSpecError,
-    add_cluster_arguments,
     check_placement,
-    cluster_from_args,
+    cluster_from_options,
     host_names,
     is_local_host,
     local_addresses,
@@ -28,8 +26,8 @@ from bench.hosts import (
     plan_node_sweep,
     validate_host_name,
 )
-from bench.options import parse_request
-from bench.spec import HostSlots, format_hosts
+from bench.options import build_parser, parse_request
+from bench.spec import HostSlots, format_hosts, knobs
 
 
 def test_hosts_option_keeps_order_and_slots() -> None:
@@ -171,9 +169,8 @@ def test_this_machine_is_recognised_by_name_and_address() -> None:
 
 
 def cluster_args(argv: list[str]) -> ClusterConfig | None:
-    parser = argparse.ArgumentParser()
-    add_cluster_arguments(parser)
-    return cluster_from_args(parser.parse_args(argv), python="/env/bin/python", workdir="/srv/b")
+    args = vars(build_parser().parse_args(argv))
+    return cluster_from_options(args, python="/env/bin/python", workdir="/srv/b")
 
 
 def test_no_hosts_means_a_single_node_sweep() -> None:
@@ -185,10 +182,14 @@ def test_no_hosts_means_a_single_node_sweep() -> None:
 def test_hosts_make_a_grid_that_survives_sweep_json(tmp_path: Path) -> None:
     cluster = cluster_args([
         "--hosts", "n1:4,n2:4", "--gpus-per-node", "1,4", "--ssh-port", "2222",
-        "--ssh-option", "UserKnownHostsFile=/k", "--network-interface", "ib0",
+        "--ssh-option", "UserKnownHostsFile=/k", "--ssh-option", "Ciphers=aes128-ctr,aes256-ctr",
+        "--network-interface", "ib0",
     ])  # fmt: skip
     assert cluster is not None
     assert (cluster.node_counts, cluster.gpus_per_node) == ((1, 2), (1, 4))
+    assert cluster.ssh_options == ("UserKnownHostsFile=/k", "Ciphers=aes128-ctr,aes256-ctr")
+    assert (cluster.ssh_port, cluster.rdzv_port, cluster.slurm_submit) == (2222, 29400, "sbatch")
+    assert (cluster.ssh_user, cluster.slurm_args, cluster.hostfile) == (None, (), None)
     assert (cluster.remote_python, cluster.remote_workdir) == ("/env/bin/python", "/srv/b")
     assert [format_hosts(p) for p in cluster.placements()] == [
         "n1:1",
@@ -202,6 +203,8 @@ def test_hosts_make_a_grid_that_survives_sweep_json(tmp_path: Path) -> None:
     hostfile.write_text("n1 slots=2\nn2 slots=2\n")
     from_file = cluster_args(["--hostfile", str(hostfile), "--nodes", "2"])
     assert from_file is not None and from_file.hosts == (("n1", 2), ("n2", 2))
+    assert from_file.hostfile == str(hostfile)  # where the hosts came from, in sweep.json
+    assert ClusterConfig.from_dict(json.loads(json.dumps(from_file.to_dict()))) == from_file
 
 
 def test_slurm_grid_uses_stand_in_hosts_until_the_job_runs() -> None:
@@ -215,13 +218,30 @@ def test_slurm_grid_uses_stand_in_hosts_until_the_job_runs() -> None:
     ]  # fmt: skip
 
 
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--hosts", "a:1", "--ssh-option", "BatchMode"], "expected KEY=VALUE, got 'BatchMode'"),
+        (["--slurm", "--nodes", "1", "--slurm-args", "--qos 'x"], "No closing quotation"),
+        (["--slurm", "--nodes", "1", "--slurm-submit", "srun"], "choose from sbatch, salloc"),
+        (["--hosts", "a:1", "--nodes", "1,x"], "expected an integer, got 'x'"),
+        (["--hosts", "a:1", "--slurm"], "not allowed with argument --hosts"),
+        (["--hostfile", "f", "--hosts", "a:1"], "not allowed with argument --hostfile"),
+    ],
+)
+def test_malformed_cluster_options_are_refused_by_the_parser(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        cluster_args(argv)
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
 def test_bad_cluster_options_are_errors() -> None:
-    with pytest.raises(HostSpecError, match="expected KEY=VALUE"):
-        cluster_args(["--hosts", "a:1", "--ssh-option", "BatchMode"])
     with pytest.raises(HostSpecError, match=r"node count 3 is outside 1\.\.2"):
         cluster_args(["--hosts", "a:1,b:1", "--nodes", "3"])
-    with pytest.raises(SystemExit):  # argparse: --hosts and --slurm exclude each other
-        cluster_args(["--hosts", "a:1", "--slurm"])
+    with pytest.raises(HostSpecError, match="--nodes and --gpus-per-node must be >= 1"):
+        cluster_args(["--slurm", "--nodes", "0"])
 
 
 def test_the_bench_command_line_takes_the_multi_node_options() -> None:
@@ -244,12 +264,21 @@ def test_nodes_smaller_than_the_request_are_refused_before_launch() -> None:
         validate(resolve(request, two_core_nodes), two_core_nodes, ["resnet18"])
 
 
-def test_every_cluster_option_is_a_clusterconfig_field_and_back() -> None:
-    # The multi-node options are declared on ClusterConfig (stored in sweep.json for --resume);
-    # the parser must offer each field and nothing else, so a field added there needs its option.
-    parser = argparse.ArgumentParser()
-    add_cluster_arguments(parser)
-    dests = {a.dest for a in parser._actions} - {"help"}
-    fields = {f.name for f in dataclasses.fields(ClusterConfig)}
-    # --hosts and --hostfile both fill ClusterConfig.hosts
-    assert dests - {"hostfile"} == (fields - {"hosts"}) | {"hosts"}
+def test_every_cluster_option_is_generated_from_a_clusterconfig_field() -> None:
+    # The multi-node options are declared once, as knobs on ClusterConfig's fields (stored in
+    # sweep.json for --resume): the parser's multi-node group is exactly those knobs, in order,
+    # each with its field as dest, its flag, its help and one default stated in words.
+    parser = build_parser()
+    (group,) = [g for g in parser._action_groups if g.title == "multi-node"]
+    declared = list(knobs(ClusterConfig))
+    assert [f.name for f in dataclasses.fields(ClusterConfig)] == [n for n, _ in declared]
+    assert [a.dest for a in group._group_actions] == [n for n, _ in declared]
+    for action, (name, k) in zip(group._group_actions, declared, strict=True):
+        assert action.option_strings == [k.flag] and action.default is None, name
+        assert action.help == f"{k.help} (default: {k.default_words()})", name
+    (where,) = [g for g in parser._mutually_exclusive_groups if g._group_actions[0].dest == "hosts"]
+    assert [a.option_strings for a in where._group_actions] == [
+        ["--hosts"],
+        ["--hostfile"],
+        ["--slurm"],
+    ]
