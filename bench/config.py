@@ -28,7 +28,7 @@ from bench.launcher_kinds import (
     LauncherKind,
     launcher_kind,
 )
-from bench.loaders import loader_errors, resolve_loaders
+from bench.loader_support import loader_errors, resolve_loaders
 from bench.preflight import cluster_problems, conflicts, nccl_tests_problem, out_problem
 from bench.spec import (
     NO_CONTAINER,

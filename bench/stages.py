@@ -37,8 +37,8 @@ from bench.config import (
     resolve,
     runs_on_host,
 )
-from bench.containers import CheckedImage, check_containers, launcher_containers, pin_images
 from bench.hosts import ClusterConfig
+from bench.image_check import CheckedImage, check_containers, launcher_containers, pin_images
 from bench.launcher_kinds import launcher_kind
 from bench.launchers import ExecResult, Launcher, RemoteError
 from bench.launchers.local import LocalLauncher
@@ -146,7 +146,7 @@ def choose_launcher(sweep: Sweep, nodes: SshLauncher | None) -> Launcher:
     return LocalLauncher(containers=containers)
 
 
-def plan(sweep: Sweep, env: Environment) -> None:
+def plan_runs_and_probes(sweep: Sweep, env: Environment) -> None:
     """The runs and probes, in order, and the system facts saved with them."""
     config, meta = sweep.config, sweep.meta
     hosts = hosts_for(config)
@@ -197,7 +197,7 @@ def _prepare(request: Request, env: Environment, saved: Saved | None) -> Sweep:
             errors.append(str(exc).removeprefix("  - "))
     refuse(errors)
     sweep.launcher = choose_launcher(sweep, nodes)
-    plan(sweep, env)
+    plan_runs_and_probes(sweep, env)
     return sweep
 
 

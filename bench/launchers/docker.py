@@ -3,7 +3,7 @@
 Every backend builds its torchrun/horovodrun argv as on the host (bench.launchers.argv), with the
 image's interpreter, and `Containers.wrap` turns it into one `docker run` here, once:
 
-- `--rm --pull never`: nothing is pulled during a sweep (bench.containers checked the image is
+- `--rm --pull never`: nothing is pulled during a sweep (bench.image_check checked the image is
   there); `--init` hands the stop policy's signals to the launcher and reaps its ranks;
 - `--network host --ipc host`: the ranks see the node's interfaces, ports and /dev/shm as on the
   host (NCCL's shared-memory transport, torchrun's rendezvous); `--ulimit memlock=-1
@@ -36,7 +36,7 @@ PASSED_NAMES = (RUN_TAG_VAR, "CUDA_VISIBLE_DEVICES")
 
 @dataclass(frozen=True)
 class Image:
-    """What the launchers need of a checked image (bench.containers finds it)."""
+    """What the launchers need of a checked image (bench.image_check finds it)."""
 
     digest: str  # what docker run starts: repo@sha256:..., or the local image ID
     python: str  # the interpreter inside the image

@@ -1,7 +1,7 @@
 """The Slurm backend (--slurm): each launch is one job, on the nodes Slurm picks.
 
 `sbatch --wait` (or `salloc` for an interactive allocation) with --nodes=K. The job script first
-surveys every node with `srun` (python -m bench.launchers.node) and refuses to launch when the
+surveys every node with `srun` (python -m bench.launchers.on_node) and refuses to launch when the
 versions differ, then starts the same launchers as the other backends, with command lines from
 the same builders (bench.launchers.argv); the values only the job knows are shell variables the
 script fills in on its nodes:
@@ -50,7 +50,7 @@ from bench.launchers.argv import (
     shell_join,
     torchrun_argv,
 )
-from bench.launchers.node import MODULE as NODE_MODULE
+from bench.launchers.on_node import MODULE as NODE_MODULE
 from bench.launchers.stop import STOP, StopPolicy, stop_slurm_job, stop_tree
 from bench.launchers.transport import SshOptions, run_on_host, ssh_options_for
 from bench.launchers.versions import components_for
@@ -433,7 +433,7 @@ class SlurmLauncher:
         )  # fmt: skip
 
     def run(self, spec: RunSpec | ProbeSpec, timeout_s: float, log_path: Path) -> ExecResult:
-        if launch_of(spec).image:  # bench.containers refuses --container with --slurm
+        if launch_of(spec).image:  # bench.image_check refuses --container with --slurm
             raise ValueError("--container is not supported with --slurm (pyxis/enroot's route)")
         run = self.slurm_run(launch_of(spec), timeout_s, log_path.parent.parent / "slurm")
         outcome = submit(run, self.options, policy=self.policy)

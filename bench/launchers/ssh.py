@@ -5,7 +5,7 @@ nodes' ranks over ssh itself.
 Before the sweep every host must answer over ssh and run the bench's Python, and the software
 that must match does (the survey, bench.machine, run on each node). Each launch's commands come
 from the shared argv builders with what only the survey can tell (each node's address and
-interface toward the rendezvous host); bench.launchers.nodes runs them with a deadline and stops
+interface toward the rendezvous host); bench.launchers.multinode runs them with a deadline and stops
 what is left on every node; each node's per-rank logs are copied back.
 """
 
@@ -37,8 +37,8 @@ from bench.launchers.argv import (
     torchrun_argv,
 )
 from bench.launchers.docker import Containers, container_name
-from bench.launchers.node import MODULE as NODE_MODULE
-from bench.launchers.nodes import MultiNodeResult, run_on_nodes
+from bench.launchers.multinode import MultiNodeResult, run_on_nodes
+from bench.launchers.on_node import MODULE as NODE_MODULE
 from bench.launchers.stop import STOP, StopPolicy
 from bench.launchers.transport import (
     FetchError,
@@ -61,7 +61,7 @@ from bench.spec import Placement, ProbeSpec, RunSpec, format_hosts
 
 
 def survey_command(python: str, target: str, workdir: str | None, versions: bool = True) -> str:
-    """`python -m bench.launchers.node survey TARGET` from the bench checkout on a node."""
+    """`python -m bench.launchers.on_node survey TARGET` from the bench checkout on a node."""
     argv = [python, "-m", NODE_MODULE, "survey", target]
     if not versions:
         argv.append("--route-only")
@@ -196,7 +196,7 @@ class SshLauncher:
         base = rank_environment(launch.threads_per_rank, launch.device, launch.sweep_id)
         env = self.node_env(placement)
         first = placement[0].host
-        if launch.image and not kind.containers_across_nodes:  # bench.containers refuses it first
+        if launch.image and not kind.containers_across_nodes:  # bench.image_check refuses it first
             raise ValueError(f"{kind.title} across nodes in containers needs sshd in the images")
         if kind.argv is Argv.HOROVODRUN:
             argv = horovodrun_argv(

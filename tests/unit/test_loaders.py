@@ -18,7 +18,7 @@ import pytest
 import torch
 from PIL import Image
 
-from bench import datasets, loaders
+from bench import datasets, loader_support
 from bench.rank import data
 from bench.rank.loaders import (
     LOADERS,
@@ -299,7 +299,7 @@ def test_an_unknown_loader_name_is_an_error_that_names_the_choices(jpeg_folder: 
         loader_named("pil")
     with pytest.raises(ValueError, match=choices):
         data.make_batches(request_for(jpeg_folder, 0, 1, 0), "pil")
-    assert loaders.loader_problem("pil", "cpu", **facts()) == choices
+    assert loader_support.loader_problem("pil", "cpu", **facts()) == choices
 
 
 def test_the_cli_offers_the_registered_loaders_and_refuses_others() -> None:
@@ -314,11 +314,11 @@ def test_the_cli_offers_the_registered_loaders_and_refuses_others() -> None:
 
 
 def test_the_default_order_ranks_every_registered_loader() -> None:
-    assert sorted(loaders.DEFAULT_ORDER) == sorted(LOADERS)
+    assert sorted(loader_support.DEFAULT_ORDER) == sorted(LOADERS)
 
 
 def test_the_registry_and_the_loader_choice_import_no_torch() -> None:
-    code = "import sys, bench.loaders, bench.spec; print('torch' in sys.modules)"
+    code = "import sys, bench.loader_support, bench.spec; print('torch' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.stdout.strip() == "False", done.stderr
 
@@ -335,7 +335,7 @@ def facts(torch_major: int | None = 13, dali: tuple[int, ...] = (13,), decode: s
 
 
 def test_refusal_reasons() -> None:
-    problem = loaders.loader_problem
+    problem = loader_support.loader_problem
     assert problem("torch", "cpu", **facts()) == ""
     assert "this sweep runs on CPU" in problem("nvjpeg", "cpu", **facts())
     assert "this sweep runs on CPU" in problem("dali", "cpu", **facts())
@@ -350,26 +350,29 @@ def test_refusal_reasons() -> None:
 
 def test_default_is_the_first_runnable_in_order_and_torch_on_cpu() -> None:
     def machine(**kw: Any) -> Any:
-        return lambda loader, device: loaders.loader_problem(loader, device, **facts(**kw))
+        return lambda loader, device: loader_support.loader_problem(loader, device, **facts(**kw))
 
-    resolve = loaders.resolve_loaders
+    resolve = loader_support.resolve_loaders
     assert resolve(None, "/data", "cuda", machine()) == ("dali",)
     assert resolve(None, "/data", "cuda", machine(dali=())) == ("nvjpeg",)
     no_gpu_decode = machine(dali=(), decode="no")
     assert resolve(None, "/data", "cuda", no_gpu_decode) == ("torch",)
     assert resolve(None, "/data", "cpu", machine()) == ("torch",)
-    assert resolve(None, "synthetic", "cuda", machine()) == (loaders.NO_LOADER,)
+    assert resolve(None, "synthetic", "cuda", machine()) == (loader_support.NO_LOADER,)
     assert resolve(("torch", "dali"), "/data", "cuda", machine()) == ("torch", "dali")
 
 
 def test_loader_errors_list_every_refusal_and_synthetic_takes_none() -> None:
     def cpu_only(loader: str, device: str) -> str:
-        return loaders.loader_problem(loader, device, **facts(dali=()))
+        return loader_support.loader_problem(loader, device, **facts(dali=()))
 
-    errors = loaders.loader_errors(("torch", "nvjpeg", "dali"), "/data", "cpu", cpu_only)
+    errors = loader_support.loader_errors(("torch", "nvjpeg", "dali"), "/data", "cpu", cpu_only)
     assert [e.split(":")[0] for e in errors] == ["--loader nvjpeg", "--loader dali"]
-    assert loaders.loader_errors((loaders.NO_LOADER,), "synthetic", "cpu", cpu_only) == []
-    refused = loaders.loader_errors(("torch",), "synthetic", "cpu", cpu_only)
+    assert (
+        loader_support.loader_errors((loader_support.NO_LOADER,), "synthetic", "cpu", cpu_only)
+        == []
+    )
+    refused = loader_support.loader_errors(("torch",), "synthetic", "cpu", cpu_only)
     assert "nothing to load" in refused[0]
 
 
@@ -380,9 +383,9 @@ def test_dali_wheel_names_give_their_cuda_major() -> None:
         "nvidia-dali-nightly-cuda130": 130,
     }
     for name, digits in names.items():
-        match = loaders._DALI_WHEEL.match(name)
+        match = loader_support._DALI_WHEEL.match(name)
         assert match and int(match[1]) == digits
-    assert loaders._DALI_WHEEL.match("nvidia-dali-tf-plugin-cuda120") is None
+    assert loader_support._DALI_WHEEL.match("nvidia-dali-tf-plugin-cuda120") is None
 
 
 def test_dali_pipeline_on_cpu_operators_shards_disjointly_and_reshuffles(
@@ -449,13 +452,13 @@ def test_loader_knob_defaults_validates_and_names_the_runs(
     assert config_for(real, cpu_machine()).axes["loader"] == ("torch",)
     assert config_for([], cpu_machine()).axes["loader"] == ("none",)
     # a GPU machine with DALI for torch's CUDA major takes DALI; without it nvJPEG, then torch
-    monkeypatch.setattr(loaders, "torch_cuda_major", lambda: 13)
-    monkeypatch.setattr(loaders, "dali_cuda_majors", lambda: (13,))
-    monkeypatch.setattr(loaders, "gpu_decode_problem", lambda: "")
+    monkeypatch.setattr(loader_support, "torch_cuda_major", lambda: 13)
+    monkeypatch.setattr(loader_support, "dali_cuda_majors", lambda: (13,))
+    monkeypatch.setattr(loader_support, "gpu_decode_problem", lambda: "")
     assert config_for(real, gpu_machine()).axes["loader"] == ("dali",)
-    monkeypatch.setattr(loaders, "dali_cuda_majors", lambda: ())
+    monkeypatch.setattr(loader_support, "dali_cuda_majors", lambda: ())
     assert config_for(real, gpu_machine()).axes["loader"] == ("nvjpeg",)
-    monkeypatch.setattr(loaders, "gpu_decode_problem", lambda: "cannot decode")
+    monkeypatch.setattr(loader_support, "gpu_decode_problem", lambda: "cannot decode")
     config = config_for([*real, "--loader", "torch,nvjpeg,dali"], gpu_machine())
     with pytest.raises(ConfigError) as refused:
         validate(config, gpu_machine(), MODELS)
@@ -500,5 +503,5 @@ def test_report_sets_the_loader_rate_beside_the_model_and_marks_the_epoch_source
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="states what a machine without a GPU says")
 def test_gpu_decode_probe_runs_in_a_child_process_and_says_why() -> None:
-    loaders.gpu_decode_problem.cache_clear()
-    assert loaders.gpu_decode_problem() == "no CUDA device is visible"
+    loader_support.gpu_decode_problem.cache_clear()
+    assert loader_support.gpu_decode_problem() == "no CUDA device is visible"

@@ -14,7 +14,7 @@ import pytest
 
 from bench import machine
 from bench.config import HorovodStatus
-from bench.launchers import node as node_cli
+from bench.launchers import on_node as node_cli
 from bench.launchers.ssh import parse_survey_output
 from bench.launchers.versions import (
     VersionMismatchError,
@@ -33,7 +33,7 @@ def node(host: str, **fields: object) -> NodeInfo:
 
 def test_importing_the_facts_and_the_node_cli_loads_no_torch() -> None:
     code = (
-        "import sys, bench.machine, bench.launchers.node, bench.launchers.ssh, "
+        "import sys, bench.machine, bench.launchers.on_node, bench.launchers.ssh, "
         "bench.launchers.slurm, bench.launchers.local; print('torch' in sys.modules)"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

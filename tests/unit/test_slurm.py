@@ -143,15 +143,15 @@ sys.path.insert(0, os.environ["RECORDER_DIR"])
 import recorder
 node = os.environ.get("SLURMD_NODENAME")
 args = sys.argv[1:]
-if args[:3] == ["-m", "bench.launchers.node", "survey"] and "--exports" in args:
+if args[:3] == ["-m", "bench.launchers.on_node", "survey"] and "--exports" in args:
     var = args[args.index("--exports") + 1]
     print(f'export {var}="${{{var}:-if-{node}}}"')
     print(f"export BENCH_NODE_ADDR=addr-{node}")
-elif args[:3] == ["-m", "bench.launchers.node", "survey"]:
+elif args[:3] == ["-m", "bench.launchers.on_node", "survey"]:
     torch = os.environ.get("STANDIN_TORCH_B", "2.13.0") if node == "nodeB" else "2.13.0"
     recorder.survey(node, torch)
-elif args[:3] == ["-m", "bench.launchers.node", "check-versions"]:
-    from bench.launchers import node as node_cli
+elif args[:3] == ["-m", "bench.launchers.on_node", "check-versions"]:
+    from bench.launchers import on_node as node_cli
     sys.exit(node_cli.main(args[2:]))
 elif args[:2] == ["-m", "torch.distributed.run"]:
     recorder.record("torchrun", sys.argv)

@@ -28,7 +28,7 @@ from bench.hosts import ClusterConfig, parse_hosts
 from bench.launchers import RUN_TAG_VAR, ExecResult, launch_of, new_tag
 from bench.launchers.argv import NodeCommand, torchrun_argv
 from bench.launchers.logs import failure_reason
-from bench.launchers.nodes import kill_run, run_on_nodes
+from bench.launchers.multinode import kill_run, run_on_nodes
 from bench.launchers.ssh import SshLauncher
 from bench.launchers.stop import StopPolicy
 from bench.launchers.transport import (

@@ -10,8 +10,8 @@ import shlex
 from pathlib import Path
 
 from bench_builders import config_for, cpu_machine
-from test_containers import image_spec
-from test_containers import ssh_launcher as container_launcher
+from test_image_check import image_spec
+from test_image_check import ssh_launcher as container_launcher
 from test_ssh import ssh_launcher, two_node_specs
 
 from bench.launchers import RUN_TAG_VAR, SWEEP_TAG_VAR, launch_of, rank_environment
@@ -36,7 +36,7 @@ def test_every_node_command_over_ssh_carries_the_sweep_tag() -> None:
     assert [c.host for c in commands] == ["gpu01", "gpu02", "gpu01"]
     for command in commands:
         assert command.env[SWEEP_TAG_VAR] == "s"
-        # the line ssh runs on the node (bench.launchers.nodes adds the launch's own tag)
+        # the line ssh runs on the node (bench.launchers.multinode adds the launch's own tag)
         line = shell_command(command.argv, {RUN_TAG_VAR: "gsb-t1", **command.env})
         assert f"{SWEEP_TAG_VAR}=s" in shlex.split(line)
 

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from bench_builders import config_for, cpu_machine, gpu_machine, run_row
 
-from bench import containers
+from bench import image_check
 from bench.config import BenchConfig, ConfigError, HorovodStatus, runs_on_host, validate
-from bench.containers import CheckedImage, Machine, check_image, pin_images, pinned_digest
 from bench.hosts import ClusterConfig
+from bench.image_check import CheckedImage, Machine, check_image, pin_images, pinned_digest
 from bench.launcher_kinds import DDP, HOROVOD
 from bench.launchers import RUN_TAG_VAR, ExecResult, launch_of
 from bench.launchers.argv import Tools
@@ -91,7 +91,7 @@ def test_a_container_only_sweep_does_not_ask_the_host_for_horovod() -> None:
     no_horovod = cpu_machine(horovod=HorovodStatus(False, reason="horovodrun not found"))
     inside = config_for(["--container", IMAGE, "--launchers", "horovod"], no_horovod)
     assert not runs_on_host(inside)
-    validate(inside, no_horovod, MODELS)  # the image is checked instead (bench.containers)
+    validate(inside, no_horovod, MODELS)  # the image is checked instead (bench.image_check)
     both = config_for(["--container", f"host,{IMAGE}", "--launchers", "horovod"], no_horovod)
     with pytest.raises(ConfigError, match="--launchers horovod: horovodrun not found"):
         validate(both, no_horovod, MODELS)
@@ -144,7 +144,7 @@ def test_the_local_launcher_runs_the_launch_in_the_pinned_image(monkeypatch) -> 
     monkeypatch.setenv("NCCL_DEBUG", "WARN")
     monkeypatch.setenv("UNRELATED", "x")
     config, checked, runs = image_spec()
-    wrapped = containers.launcher_containers({IMAGE: checked}, config)
+    wrapped = image_check.launcher_containers({IMAGE: checked}, config)
     launcher = LocalLauncher(Tools("/venv/bin/python", "/venv/bin/horovodrun"), containers=wrapped)
     ddp, hvd = (launcher.command(launch_of(s)) for s in runs)
     assert ddp.container.startswith("gsb-ddp-n2-fp32-nchw_pytorch_24.10-py3-r0-")
@@ -186,7 +186,7 @@ def test_gpu_sweeps_pass_the_gpus_and_data_is_mounted_read_only(tmp_path: Path) 
     config, checked, runs = image_spec(
         ("--gpus", "2", "--repeats", "1", "--data", str(tmp_path)), gpu_machine()
     )
-    wrapped = containers.launcher_containers({IMAGE: checked}, config)
+    wrapped = image_check.launcher_containers({IMAGE: checked}, config)
     argv = LocalLauncher(containers=wrapped).command(launch_of(runs[0])).argv
     assert option(argv, "--gpus") == ["--gpus", "all"]
     assert f"{tmp_path}:{tmp_path}:ro" in argv
@@ -205,7 +205,7 @@ def ssh_launcher(image: CheckedImage, config) -> SshLauncher:  # type: ignore[no
     nodes = SshLauncher(cluster, environ={"NCCL_IB_HCA": "mlx5"})
     nodes.infos = {h: NodeInfo(h, h, "3.11", address=f"10.0.0.{i}", interface="eth0")
                    for i, h in enumerate(("node1", "node2"))}  # fmt: skip
-    nodes.containers = containers.launcher_containers({IMAGE: image}, config)
+    nodes.containers = image_check.launcher_containers({IMAGE: image}, config)
     return nodes
 
 
@@ -443,24 +443,24 @@ def test_docker_itself_must_answer(monkeypatch) -> None:  # type: ignore[no-unty
     }  # fmt: skip
     for reply, expected in cases.items():
         fake = FakeDocker([(["info"], reply)])
-        monkeypatch.setattr(containers, "local_docker", fake)
+        monkeypatch.setattr(image_check, "local_docker", fake)
         config = config_for(["--container", f"host,{IMAGE}"], cpu_machine())
         with pytest.raises(ConfigError, match="this machine: " + expected.split(" (")[0]):
-            containers.check_containers(config, cpu_machine())
+            image_check.check_containers(config, cpu_machine())
     # a host-only sweep asks Docker nothing
-    monkeypatch.setattr(containers, "local_docker", FakeDocker([]))
-    assert containers.check_containers(config_for([], cpu_machine()), cpu_machine()) == {}
+    monkeypatch.setattr(image_check, "local_docker", FakeDocker([]))
+    assert image_check.check_containers(config_for([], cpu_machine()), cpu_machine()) == {}
 
 
 def test_slurm_and_clashing_short_names_are_refused() -> None:
     config = config_for(["--container", "a/bench:1,b/bench:1"], cpu_machine())
     with pytest.raises(ConfigError, match="share the short name 'bench_1'"):
-        containers.check_containers(config, cpu_machine())
+        image_check.check_containers(config, cpu_machine())
     slurm = parse_request(["--slurm", "--nodes", "1", "--container", IMAGE])
     from bench.config import resolve
 
     with pytest.raises(ConfigError, match="pyxis/enroot"):
-        containers.check_containers(resolve(slurm, cpu_machine()), cpu_machine())
+        image_check.check_containers(resolve(slurm, cpu_machine()), cpu_machine())
 
 
 def test_horovod_across_nodes_in_containers_is_unavailable() -> None:
@@ -468,9 +468,9 @@ def test_horovod_across_nodes_in_containers_is_unavailable() -> None:
     from bench.config import resolve
 
     config = resolve(request, cpu_machine())
-    problem = containers.launcher_in_image(HOROVOD, {}, config, cpu_machine())
+    problem = image_check.launcher_in_image(HOROVOD, {}, config, cpu_machine())
     assert "needs sshd inside the containers" in problem
-    assert containers.launcher_in_image(DDP, {}, config, cpu_machine()) == ""
+    assert image_check.launcher_in_image(DDP, {}, config, cpu_machine()) == ""
 
 
 def test_the_registry_digest_of_the_named_repository_is_preferred() -> None:

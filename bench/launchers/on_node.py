@@ -1,4 +1,4 @@
-"""`python -m bench.launchers.node`: what the multi-node backends run on the nodes themselves
+"""`python -m bench.launchers.on_node`: what the multi-node backends run on the nodes themselves
 (over ssh, or as Slurm job steps) before a launch.
 
 - `survey [TARGET]`: print this node's facts (bench.machine.survey) as one marked JSON line;
@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from bench.launchers.versions import COMPARED_COMPONENTS, VersionMismatchError, check_versions
 from bench.machine import read_surveys, survey, survey_line
 
-MODULE = "bench.launchers.node"
+MODULE = "bench.launchers.on_node"
 
 
 def _parser() -> argparse.ArgumentParser:
