@@ -9,7 +9,7 @@
 All three read the same file list (`folder.list_images`, ImageFolder order and labels), give
 each rank a disjoint shard and reshuffle every epoch from the run's seed, and yield endless
 (images, labels) batches already on the device. Which loaders can run on a machine is decided
-before launch by `bench.loaders` on the controller.
+before launch by `bench.loader_support` on the controller.
 
 LOADERS is the registry: one `Loader` per `--loader` name (bench.spec makes the option from
 it). This module imports no torch, so the controller can list the names; a loader's module is

@@ -8,9 +8,10 @@ every rank shuffles the whole list with the same reader seed after each epoch
 (`shuffle_after_epoch`) and reads its own contiguous shard, so shards stay disjoint and the
 order changes every epoch, like DistributedSampler.set_epoch.
 
-Needs the `nvidia-dali-cuda120` or `-cuda130` wheel matching torch's CUDA major (bench.loaders
-refuses the loader before launch otherwise) and a CUDA device: DALI's GPU operators have no CPU
-fallback here. Unverified on this project's CI (no GPU); see bench/README.md.
+Needs the `nvidia-dali-cuda120` or `-cuda130` wheel matching torch's CUDA major
+(bench.loader_support refuses the loader before launch otherwise) and a CUDA device: DALI's
+GPU operators have no CPU fallback here. Unverified on this project's CI (no GPU); see
+bench/README.md.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ CUDA stream while the current one trains, so decoding overlaps the step instead 
 Files nvJPEG cannot decode (ImageNet has a PNG and some CMYK JPEGs named .JPEG) are decoded
 one by one, falling back to PIL on the host for any the GPU refuses. On a CPU device the same
 code runs with torchvision's CPU decoder where its compiled ops load, else PIL: that is how the
-tests exercise it; the loader choice refuses `nvjpeg` on CPU sweeps (bench.loaders).
+tests exercise it; the loader choice refuses `nvjpeg` on CPU sweeps (bench.loader_support).
 """
 
 from __future__ import annotations
@@ -183,7 +183,7 @@ def queue_depth(workers: int) -> int:
 
 def gpu_decode_problem() -> str:
     """Why torchvision cannot decode a JPEG on the GPU here, or "" (run in a child process by
-    bench.loaders before launch: it initialises CUDA)."""
+    bench.loader_support before launch: it initialises CUDA)."""
     if not torch.cuda.is_available():
         return "no CUDA device is visible"
     from bench.rank.models import torchvision_has_compiled_ops, torchvision_version
