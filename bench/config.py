@@ -15,7 +15,7 @@ import dataclasses
 import difflib
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,6 @@ from bench.loader_support import loader_errors, resolve_loaders
 from bench.preflight import cluster_problems, conflicts, nccl_tests_problem, out_problem
 from bench.spec import (
     NO_CONTAINER,
-    NO_LOADER,
     SYNTHETIC,
     Knob,
     Variant,
@@ -163,21 +162,20 @@ class BenchConfig:
     )  # fmt: skip
     out_root: str = knob("--out", "results root; each sweep makes a directory in it",
                          default="results")  # fmt: skip
+    # How --container images run.
+    container_python: str = knob(
+        "--container-python", "the interpreter inside the --container images",
+        default="", words="python3, else python, on the image's PATH",
+    )  # fmt: skip
+    container_ulimits: tuple[str, ...] = knob(
+        "--container-ulimit", "docker run --ulimit for the --container images, comma list, or "
+        "none (NVIDIA's settings for PyTorch; raising memlock needs CAP_SYS_RESOURCE in dockerd)",
+        parse=_ulimit, many=True, default=("memlock=-1", "stack=67108864"),
+    )  # fmt: skip
     workload: Workload
     axes: dict[str, tuple[Any, ...]]
     launchers_explicit: bool = False
     cluster: ClusterConfig | None = None  # multi-node: --hosts/--hostfile/--slurm
-    # How --container images run (defaults, so sweep.json files from before them still load).
-    container_python: str = field(default="", metadata={"knob": Knob(
-        "--container-python", "the interpreter inside the --container images",
-        default="", words="python3, else python, on the image's PATH",
-    )})  # fmt: skip
-    container_ulimits: tuple[str, ...] = field(default=("memlock=-1", "stack=67108864"),
-                                               metadata={"knob": Knob(
-        "--container-ulimit", "docker run --ulimit for the --container images, comma list, or "
-        "none (NVIDIA's settings for PyTorch; raising memlock needs CAP_SYS_RESOURCE in dockerd)",
-        parse=_ulimit, many=True, default=("memlock=-1", "stack=67108864"),
-    )})  # fmt: skip
 
     @property
     def device(self) -> str:
@@ -199,8 +197,7 @@ class BenchConfig:
         fields["gpu_counts"] = tuple(fields["gpu_counts"])
         fields["launchers"] = tuple(fields["launchers"])
         fields["claim"] = tuple((int(n), float(s)) for n, s in fields["claim"])
-        if "container_ulimits" in fields:
-            fields["container_ulimits"] = tuple(fields["container_ulimits"])
+        fields["container_ulimits"] = tuple(fields["container_ulimits"])
         fields["workload"] = Workload(**fields["workload"])
         fields["axes"] = {name: tuple(values) for name, values in fields["axes"].items()}
         cluster = fields.get("cluster")
@@ -394,7 +391,7 @@ def launcher_problem(kind: LauncherKind, env: Environment, device: str) -> str:
 
 def runs_on_host(config: BenchConfig) -> bool:
     """Whether some runs use this environment itself rather than a --container image."""
-    return NO_CONTAINER in config.axes.get("container", (NO_CONTAINER,))
+    return NO_CONTAINER in config.axes["container"]
 
 
 def config_values(config: BenchConfig) -> dict[str, Any]:
@@ -457,8 +454,7 @@ def _feature_problems(config: BenchConfig, env: Environment, models: Sequence[st
                 f"--launchers {name}: {kind.title} runs on one machine only; it cannot span nodes "
                 f"(--hosts/--hostfile/--slurm). Sweep {name} on one node"
             )
-    loaders = config.axes.get("loader", (NO_LOADER,))  # absent from older sweep.json files
-    errors += loader_errors(loaders, config.workload.data, config.device)
+    errors += loader_errors(config.axes["loader"], config.workload.data, config.device)
     return errors
 
 

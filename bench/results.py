@@ -137,7 +137,8 @@ class ResultStore:
 
     def _problems(self, problems: dict[Path, str]) -> list[str]:
         """One line per file that could not be used (a view missing from a sweep with no
-        rows of its kind, as older sweeps without probes have, is no problem)."""
+        rows of its kind, as a controller killed while saving its first rows leaves, is no
+        problem)."""
         lines = []
         for path, problem in problems.items():
             table = next((t for t in (self.runs, self.probes) if path in (t.parquet, t.csv)), None)

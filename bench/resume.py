@@ -66,11 +66,6 @@ def read_saved(store: ResultStore) -> tuple[BenchConfig, dict[str, Any]]:
             f"cannot rewrite {exc.filename or store.directory}: {exc.strerror}"
         ) from None
     meta = store.read_meta()
-    if "workload" not in meta.get("config", {}):
-        raise _refused(
-            f"{store.sweep_json} was written before the knobs were declared once (no "
-            "'workload' in its config); start a new sweep"
-        )
     try:
         return BenchConfig.from_dict(meta["config"]), meta
     except (TypeError, ValueError, KeyError) as exc:

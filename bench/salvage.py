@@ -58,7 +58,7 @@ def read_document(path: Path) -> Readout:
         document = json.loads(path.read_text())
         if not isinstance(document, dict):
             raise ValueError("not a JSON object")
-        if not all(isinstance(document.get(name, []), list) for name in ROW_LISTS):
+        if not all(isinstance(document.get(name), list) for name in ROW_LISTS):
             raise ValueError("its runs or probes are not lists")
     except (OSError, ValueError) as exc:  # JSONDecodeError and UnicodeDecodeError included
         return _damaged(path, exc)
@@ -66,14 +66,13 @@ def read_document(path: Path) -> Readout:
 
 
 def read_parquet(path: Path, cls: type) -> tuple[Readout, dict[str, Any] | None]:
-    """A Parquet view's rows, and the sweep metadata it carries (None in older files)."""
+    """A Parquet view's rows, and the sweep metadata it carries (None when it is unreadable)."""
     if not path.exists():
         return Readout(path, problem="missing"), None
     try:
         table = pq.read_table(path)
         rows = from_records(table.to_pylist(), cls)
-        stored = (table.schema.metadata or {}).get(META_KEY)
-        meta = json.loads(stored) if stored else None
+        meta = json.loads(table.schema.metadata[META_KEY])
     except Exception as exc:  # pyarrow raises several kinds for a torn file
         return _damaged(path, exc), None
     return Readout(path, rows), meta
@@ -157,8 +156,9 @@ def recover(directory: Path, describe: Callable[[Path], str] = lambda p: p.name)
     for name, (cls, key) in TABLES.items():
         views, meta = _view_sources(directory, name, cls, describe, recovered)
         metas.append(meta)
-        stored = [(describe(truth.path), from_records(document.get(name, []), cls))]
-        sources = views if truth.problem else stored + views
+        sources = views
+        if not truth.problem:
+            sources = [(describe(truth.path), from_records(document[name], cls)), *views]
         recovered.rows[name], notes = merge_rows(sources, key)
         recovered.notes += notes
     if truth.problem:

@@ -285,8 +285,8 @@ class RunSpec:
     scaling: str  # "weak": per-GPU batch fixed; "strong": global batch fixed
     threads_per_rank: int
     # --profile: where rank 0 writes its torch.profiler trace ("" = no trace for this launch;
-    # the planner asks for one per configuration). A default so older specs still load.
-    trace_path: str = ""
+    # the planner asks for one per configuration).
+    trace_path: str
     # The image of variant.container pinned by content (repo@sha256:..., else the local image
     # ID): what `docker run` starts and the row records. "" on the host.
     container_digest: str = ""

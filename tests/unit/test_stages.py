@@ -90,9 +90,10 @@ def test_interrupt_then_resume(tmp_path: Path, machine) -> None:  # type: ignore
     assert [r.status for r in resumed.store.runs.rows()] == ["ok"] * 3
 
 
-def test_resume_refuses_a_sweep_json_without_a_workload(tmp_path: Path, machine) -> None:  # type: ignore[no-untyped-def]
-    (tmp_path / "sweep.json").write_text(json.dumps({"sweep_id": "old", "config": {"steps": 8}}))
-    with pytest.raises(ConfigError, match="no 'workload' in its config"):
+def test_resume_refuses_a_config_that_does_not_load(tmp_path: Path, machine) -> None:  # type: ignore[no-untyped-def]
+    saved = {"sweep_id": "s", "config": {"steps": 8}, "runs": [], "probes": []}
+    (tmp_path / "sweep.json").write_text(json.dumps(saved))
+    with pytest.raises(ConfigError, match="its configuration does not load"):
         prepare(["--resume", str(tmp_path)], machine)
 
 
