@@ -37,8 +37,12 @@ def hosts(tmp_path_factory: pytest.TempPathFactory):
     """Three namespace hosts with sshd; yields the state directory (keys, ssh_config)."""
     require_netns_hosts("network namespaces and sshd")
     state = tmp_path_factory.mktemp("netns") / "state"
-    env = {**os.environ, "GSB_NETNS_STATE": str(state), "GSB_NETNS_SUBNET": SUBNET,
-           "GSB_NETNS_SSH_PORT": str(PORT)}  # fmt: skip
+    env = {
+        **os.environ,
+        "GSB_NETNS_STATE": str(state),
+        "GSB_NETNS_SUBNET": SUBNET,
+        "GSB_NETNS_SSH_PORT": str(PORT),
+    }
     subprocess.run([str(NETNS), "down"], env=env, check=True, capture_output=True, timeout=120)
     up = subprocess.run(
         [str(NETNS), "up", "3"], env=env, capture_output=True, text=True, timeout=120
@@ -53,18 +57,25 @@ def hosts(tmp_path_factory: pytest.TempPathFactory):
 def ssh_args(state: Path) -> list[str]:
     """How the invoking node reaches the hosts: the test key and the hosts' pinned keys."""
     return [
-        "--ssh-port", str(PORT),
-        "--ssh-identity-file", str(state / "id_ed25519"),
-        "--ssh-option", f"UserKnownHostsFile={state / 'known_hosts'}",
-        "--ssh-option", "StrictHostKeyChecking=yes",
-    ]  # fmt: skip
+        "--ssh-port",
+        str(PORT),
+        "--ssh-identity-file",
+        str(state / "id_ed25519"),
+        "--ssh-option",
+        f"UserKnownHostsFile={state / 'known_hosts'}",
+        "--ssh-option",
+        "StrictHostKeyChecking=yes",
+    ]
 
 
 def bench(out: Path, *args: str, timeout_s: float = 400) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "bench.scaling", *TINY, "--out", str(out), *args],
-        capture_output=True, text=True, timeout=timeout_s, cwd=REPO,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        cwd=REPO,
+    )
 
 
 def sweep_dir(out: Path) -> Path:
@@ -90,26 +101,44 @@ def run_processes_in(netns: str) -> list[int]:
     return pids
 
 
-def tagged_processes() -> list[int]:
-    """Processes of any bench run (they carry GPUSTACK_BENCH_RUN), in any namespace."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if b"GPUSTACK_BENCH_RUN=" in (entry / "environ").read_bytes():
-                found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
+def tagged_processes(settle_s: float = 10.0) -> list[int]:
+    """Processes of any bench run (they carry GPUSTACK_BENCH_RUN), in any namespace, that are
+    still there after `settle_s`: a remote rank or its sshd session may take a moment to finish
+    exiting after the controller has its result; a leftover stays."""
+    deadline = time.monotonic() + settle_s
+    while True:
+        found = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                if b"GPUSTACK_BENCH_RUN=" in (entry / "environ").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.2)
 
 
 @pytest.mark.usefixtures("horovod")
 def test_two_node_ddp_and_horovod_runs_produce_correct_rows(hosts: Path, tmp_path: Path) -> None:
     done = bench(
-        tmp_path, "--hosts", f"{HOST1}:1,{HOST2}:1", "--nodes", "2", "--gpus-per-node", "1",
-        "--launchers", "ddp,horovod", "--repeats", "1", "--probe-mb", "4", *ssh_args(hosts),
-    )  # fmt: skip
+        tmp_path,
+        "--hosts",
+        f"{HOST1}:1,{HOST2}:1",
+        "--nodes",
+        "2",
+        "--gpus-per-node",
+        "1",
+        "--launchers",
+        "ddp,horovod",
+        "--repeats",
+        "1",
+        "--probe-mb",
+        "4",
+        *ssh_args(hosts),
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     directory = sweep_dir(tmp_path)
     runs = {r["launcher"]: r for r in rows(directory)}
@@ -141,8 +170,15 @@ def test_unreachable_host_stops_the_sweep_before_launch(hosts: Path, tmp_path: P
     deadline = time.monotonic() + 10
     while Path(f"/proc/{sshd}").exists() and time.monotonic() < deadline:
         time.sleep(0.1)
-    done = bench(tmp_path, "--hosts", f"{HOST1}:1,{HOST2}:1,{HOST3}:1", "--launchers", "ddp",
-                 *ssh_args(hosts), timeout_s=120)  # fmt: skip
+    done = bench(
+        tmp_path,
+        "--hosts",
+        f"{HOST1}:1,{HOST2}:1,{HOST3}:1",
+        "--launchers",
+        "ddp",
+        *ssh_args(hosts),
+        timeout_s=120,
+    )
     assert done.returncode == 2, done.stderr[-3000:]
     assert "cannot reach 1 of 3 host(s)" in done.stderr
     assert f"{HOST3}: ssh: connect to host {HOST3} port {PORT}: Connection refused" in done.stderr
@@ -171,10 +207,22 @@ def test_killed_ranks_on_one_host_give_a_failure_row_and_the_sweep_goes_on(
     killer.start()
     try:
         done = bench(
-            tmp_path, "--hosts", f"{HOST1}:1,{HOST2}:1", "--nodes", "2", "--gpus-per-node", "1",
-            "--launchers", "ddp", "--repeats", "2", "--no-probe", "--timeout", "120",
+            tmp_path,
+            "--hosts",
+            f"{HOST1}:1,{HOST2}:1",
+            "--nodes",
+            "2",
+            "--gpus-per-node",
+            "1",
+            "--launchers",
+            "ddp",
+            "--repeats",
+            "2",
+            "--no-probe",
+            "--timeout",
+            "120",
             *ssh_args(hosts),
-        )  # fmt: skip
+        )
     finally:
         stop.set()
         killer.join(timeout=10)
@@ -240,13 +288,26 @@ def test_playbook_runs_the_sweep_on_the_hosts_and_fetches_results(
             "--no-probe",
         ],
     }
-    env = {**os.environ, "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".cache" / "collections"),
-           "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")}  # fmt: skip
+    env = {
+        **os.environ,
+        "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".cache" / "collections"),
+        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+    }
     done = subprocess.run(
-        [str(Path(sys.executable).with_name("ansible-playbook")), "-i", str(inventory),
-         str(REPO / "playbooks" / "bench.yml"), "-e", json.dumps(extra)],
-        capture_output=True, text=True, timeout=600, env=env, cwd=REPO,
-    )  # fmt: skip
+        [
+            str(Path(sys.executable).with_name("ansible-playbook")),
+            "-i",
+            str(inventory),
+            str(REPO / "playbooks" / "bench.yml"),
+            "-e",
+            json.dumps(extra),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        cwd=REPO,
+    )
     assert done.returncode == 0, done.stdout[-6000:]
     # the results came back to the control machine
     (directory,) = [d for d in (results / "fleet").iterdir() if d.is_dir()]
@@ -260,8 +321,9 @@ def test_playbook_runs_the_sweep_on_the_hosts_and_fetches_results(
     known_hosts = hosts / "gsb1" / "dot-ssh" / "known_hosts"
     known = subprocess.run(
         ["ssh-keygen", "-F", f"[{HOST2}]:{PORT}", "-f", str(known_hosts)],
-        capture_output=True, text=True,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+    )
     assert known.returncode == 0
     assert tagged_processes() == []
 
@@ -270,9 +332,20 @@ def test_resume_first_stops_what_an_earlier_controller_left_on_a_host(
     hosts: Path, tmp_path: Path
 ) -> None:
     done = bench(
-        tmp_path, "--hosts", f"{HOST1}:1,{HOST2}:1", "--nodes", "1", "--gpus-per-node", "1",
-        "--launchers", "ddp", "--repeats", "1", "--no-probe", *ssh_args(hosts),
-    )  # fmt: skip
+        tmp_path,
+        "--hosts",
+        f"{HOST1}:1,{HOST2}:1",
+        "--nodes",
+        "1",
+        "--gpus-per-node",
+        "1",
+        "--launchers",
+        "ddp",
+        "--repeats",
+        "1",
+        "--no-probe",
+        *ssh_args(hosts),
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     directory = sweep_dir(tmp_path)
     sweep_id = json.loads((directory / "sweep.json").read_text())["sweep_id"]
@@ -280,12 +353,15 @@ def test_resume_first_stops_what_an_earlier_controller_left_on_a_host(
     left = subprocess.Popen(
         ["nsenter", "--net=/run/netns/gsb2", "--", "sleep", "300"],
         env={**os.environ, "GPUSTACK_BENCH_SWEEP": sweep_id},
-    )  # fmt: skip
+    )
     try:
         resumed = subprocess.run(
             [sys.executable, "-m", "bench.scaling", "--resume", str(directory)],
-            capture_output=True, text=True, timeout=300, cwd=REPO,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=REPO,
+        )
         assert left.wait(timeout=5) == -signal.SIGTERM
     finally:
         left.kill()
@@ -301,9 +377,16 @@ def test_resume_is_refused_while_a_host_of_the_sweep_is_unreachable(
     hosts: Path, tmp_path: Path
 ) -> None:
     done = bench(
-        tmp_path, "--hosts", f"{HOST1}:1", "--launchers", "ddp", "--repeats", "1",
-        "--no-probe", *ssh_args(hosts),
-    )  # fmt: skip
+        tmp_path,
+        "--hosts",
+        f"{HOST1}:1",
+        "--launchers",
+        "ddp",
+        "--repeats",
+        "1",
+        "--no-probe",
+        *ssh_args(hosts),
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     directory = sweep_dir(tmp_path)
     # the sweep also had a host that is gone now: an address on the bridge nobody answers
@@ -313,8 +396,11 @@ def test_resume_is_refused_while_a_host_of_the_sweep_is_unreachable(
     (directory / "sweep.json").write_text(json.dumps(document))
     resumed = subprocess.run(
         [sys.executable, "-m", "bench.scaling", "--resume", str(directory)],
-        capture_output=True, text=True, timeout=120, cwd=REPO,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
     assert resumed.returncode == 2, resumed.stderr[-4000:]
     assert "no rank of this sweep is left on 1 of 2 host(s)" in resumed.stderr
     assert f"{gone}: rc=255: ssh: connect to host {gone} port {PORT}" in resumed.stderr
