@@ -106,8 +106,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args.root, args.images, args.size, args.classes, args.quality, args.seed
             )
             total = sum(p.stat().st_size for p in written)
-            print(f"{args.root}: {len(written)} JPEGs of {args.size[0]}x{args.size[1]} in "
-                  f"{args.classes} classes, {total / 1e6:.2f} MB")  # fmt: skip
+            print(
+                f"{args.root}: {len(written)} JPEGs of {args.size[0]}x{args.size[1]} in "
+                f"{args.classes} classes, {total / 1e6:.2f} MB"
+            )
         else:
             classes, samples = list_images(args.root)
             print(f"{args.root}: {len(samples)} images in {len(classes)} classes")

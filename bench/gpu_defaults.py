@@ -60,12 +60,17 @@ def gpu_defaults(gpu: GpuDescription) -> GpuDefaults:
     batch = batch_for_memory(gpu.memory_gb)
     reasons = {
         "precision": f"precision {precision}: compute capability {cc}"
-        + (" has bf16" if ampere else " has fp16 tensor cores, no bf16" if tensor_cores
-           else " has no tensor cores"),
+        + (
+            " has bf16"
+            if ampere
+            else " has fp16 tensor cores, no bf16"
+            if tensor_cores
+            else " has no tensor cores"
+        ),
         "channels_last": f"memory format {'channels_last' if tensor_cores else 'nchw'}: "
         + ("tensor cores run NHWC convolutions natively" if tensor_cores else "no tensor cores"),
         "compile": f"compile {'on' if ampere else 'off'}: "
         + ("faster on Ampere and newer" if ampere else "gain not established before Ampere"),
         "batch_size": f"batch {batch} per GPU: {gpu.memory_gb:.0f} GB of memory",
-    }  # fmt: skip
+    }
     return GpuDefaults(precision, tensor_cores, ampere, batch, reasons)

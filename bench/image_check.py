@@ -70,8 +70,9 @@ class Machine:
 def local_docker(argv: Sequence[str], timeout_s: float) -> subprocess.CompletedProcess[str]:
     """Run a docker command here; a missing CLI is exit status 127, a timeout 124."""
     try:
-        return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout_s,
-                              stdin=subprocess.DEVNULL)  # fmt: skip
+        return subprocess.run(
+            list(argv), capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL
+        )
     except OSError as err:
         return subprocess.CompletedProcess(list(argv), NOT_RUNNABLE, "", str(err))
     except subprocess.TimeoutExpired:
@@ -101,9 +102,13 @@ class CheckedImage:
     def system(self) -> dict[str, Any]:
         """The image's entry in sweep.json's system record."""
         keep = ("python", "torch", "torch_cuda", "nccl", "horovod", "gpus", "gpu_name")
-        return {"image_id": self.image_id, "digest": self.digest, "executable": self.python,
-                **{k: self.facts.get(k) for k in keep},
-                "unavailable": dict(self.unavailable)}  # fmt: skip
+        return {
+            "image_id": self.image_id,
+            "digest": self.digest,
+            "executable": self.python,
+            **{k: self.facts.get(k) for k in keep},
+            "unavailable": dict(self.unavailable),
+        }
 
 
 def pinned_digest(reference: str, inspected: Mapping[str, Any]) -> str:
@@ -156,16 +161,20 @@ def inspect_image(machine: Machine, reference: str) -> tuple[dict[str, Any], str
 
 def runtime_problem(info: Mapping[str, Any], where: str, detail: str) -> str:
     runtimes = ", ".join(sorted(info.get("Runtimes") or {})) or "none"
-    cdi = "CDI spec directories " + ", ".join(info.get("CDISpecDirs") or []) if info.get(
-        "CDISpecDirs") else "no CDI"  # fmt: skip
+    cdi = (
+        "CDI spec directories " + ", ".join(info.get("CDISpecDirs") or [])
+        if info.get("CDISpecDirs")
+        else "no CDI"
+    )
     return (
         f"{where}: Docker cannot pass the GPUs in ({detail}; runtimes: {runtimes}; {cdi}): "
         + ROLE_HINT
     )
 
 
-def _docker_failure(text: str, reference: str, config: BenchConfig, info: Mapping[str, Any],
-                    where: str) -> str:  # fmt: skip
+def _docker_failure(
+    text: str, reference: str, config: BenchConfig, info: Mapping[str, Any], where: str
+) -> str:
     if "rlimit" in text:
         limits = ",".join(config.container_ulimits)
         return (
@@ -178,9 +187,14 @@ def _docker_failure(text: str, reference: str, config: BenchConfig, info: Mappin
     return f"{where}: docker run {reference} failed: {text}"
 
 
-def survey_image(machine: Machine, reference: str, inspected: Mapping[str, Any],
-                 config: BenchConfig, info: Mapping[str, Any],
-                 horovod: bool) -> tuple[dict[str, Any], str]:  # fmt: skip
+def survey_image(
+    machine: Machine,
+    reference: str,
+    inspected: Mapping[str, Any],
+    config: BenchConfig,
+    info: Mapping[str, Any],
+    horovod: bool,
+) -> tuple[dict[str, Any], str]:
     """(the survey inside the image, "") or ({}, why it could not run there)."""
     pythons = [config.container_python] if config.container_python else ["python3", "python"]
     image_id = str(inspected["Id"])
@@ -191,9 +205,12 @@ def survey_image(machine: Machine, reference: str, inspected: Mapping[str, Any],
         containers = Containers({image_id: image}, ulimits(config), config.device == "cuda")
         name = container_name(f"survey-{container_label(reference)}")
         argv = containers.argv(
-            image_id, [python, "-c", IMAGE_SURVEY, *(["horovod"] if horovod else [])],
-            name=name, bench_root=machine.bench_root, data="",
-        )  # fmt: skip
+            image_id,
+            [python, "-c", IMAGE_SURVEY, *(["horovod"] if horovod else [])],
+            name=name,
+            bench_root=machine.bench_root,
+            data="",
+        )
         done = machine.docker(argv, SURVEY_TIMEOUT_S)
         text = last_line(done.stderr or done.stdout)
         if done.returncode == 124:
@@ -254,8 +271,10 @@ def machines_for(config: BenchConfig) -> list[Machine]:
     if config.cluster is None:
         return [Machine("this machine", local_docker, str(REPO_ROOT))]
     options = ssh_options_for(config.cluster)
-    return [Machine(h, node_docker(h, options), config.cluster.remote_workdir)
-            for h in host_names(config.cluster.placement)]  # fmt: skip
+    return [
+        Machine(h, node_docker(h, options), config.cluster.remote_workdir)
+        for h in host_names(config.cluster.placement)
+    ]
 
 
 def images_of(config: BenchConfig) -> list[str]:
@@ -280,17 +299,24 @@ def _refusals(config: BenchConfig, references: Sequence[str]) -> list[str]:
     return errors
 
 
-def check_image(reference: str, config: BenchConfig, env: Environment,
-                machines: Sequence[Machine], infos: Sequence[Mapping[str, Any]],
-                errors: list[str]) -> CheckedImage | None:  # fmt: skip
+def check_image(
+    reference: str,
+    config: BenchConfig,
+    env: Environment,
+    machines: Sequence[Machine],
+    infos: Sequence[Mapping[str, Any]],
+    errors: list[str],
+) -> CheckedImage | None:
     """One image on every machine; problems appended to `errors`."""
     by_name = {m.name: m for m in machines}
     found = on_all(list(by_name), lambda name: inspect_image(by_name[name], reference))
     problems = [why for _, why in found.values() if why]
     ids = {name: str(data.get("Id")) for name, (data, why) in found.items() if not why}
     if len(set(ids.values())) > 1:
-        problems.append(f"image {reference} differs between nodes: "
-                        + "; ".join(f"{i} on {n}" for n, i in ids.items()))  # fmt: skip
+        problems.append(
+            f"image {reference} differs between nodes: "
+            + "; ".join(f"{i} on {n}" for n, i in ids.items())
+        )
     if problems:
         errors.extend(problems)
         return None
@@ -310,10 +336,15 @@ def check_image(reference: str, config: BenchConfig, env: Environment,
         elif problem:
             unavailable[kind.name] = problem
     return CheckedImage(
-        reference, str(inspected["Id"]), pinned_digest(reference, inspected),
-        str(facts.get("executable") or ""), str(facts.get("horovodrun") or ""),
-        image_env(inspected, "PYTHONPATH"), facts, unavailable,
-    )  # fmt: skip
+        reference,
+        str(inspected["Id"]),
+        pinned_digest(reference, inspected),
+        str(facts.get("executable") or ""),
+        str(facts.get("horovodrun") or ""),
+        image_env(inspected, "PYTHONPATH"),
+        facts,
+        unavailable,
+    )
 
 
 def check_containers(config: BenchConfig, env: Environment) -> dict[str, CheckedImage]:
@@ -339,8 +370,11 @@ def check_containers(config: BenchConfig, env: Environment) -> dict[str, Checked
 
 def launcher_containers(images: Mapping[str, CheckedImage], config: BenchConfig) -> Containers:
     """The checked images as the launchers run them."""
-    return Containers({i.digest: i.for_launchers() for i in images.values()}, ulimits(config),
-                      config.device == "cuda")  # fmt: skip
+    return Containers(
+        {i.digest: i.for_launchers() for i in images.values()},
+        ulimits(config),
+        config.device == "cuda",
+    )
 
 
 def ulimits(config: BenchConfig) -> tuple[str, ...]:

@@ -58,25 +58,51 @@ class LauncherKind:
 
 
 DDP = LauncherKind(
-    name="ddp", title="DDP", description="torchrun", argv=Argv.TORCHRUN,
-    engine="DistributedDataParallel", components=(TORCH_PACKAGE,), multi_node=True,
-    process_per_gpu=True, compile=True, fp16_allreduce=True, containers_across_nodes=True,
-    exchange_per_step=True, default=True,
-)  # fmt: skip
+    name="ddp",
+    title="DDP",
+    description="torchrun",
+    argv=Argv.TORCHRUN,
+    engine="DistributedDataParallel",
+    components=(TORCH_PACKAGE,),
+    multi_node=True,
+    process_per_gpu=True,
+    compile=True,
+    fp16_allreduce=True,
+    containers_across_nodes=True,
+    exchange_per_step=True,
+    default=True,
+)
 HOROVOD = LauncherKind(
-    name="horovod", title="Horovod", description="horovodrun", argv=Argv.HOROVODRUN,
-    engine="DistributedOptimizer", components=(TORCH_PACKAGE, HOROVOD_PACKAGE), multi_node=True,
-    process_per_gpu=True, compile=True, fp16_allreduce=True, containers_across_nodes=False,
-    exchange_per_step=True, default=True,
-)  # fmt: skip
+    name="horovod",
+    title="Horovod",
+    description="horovodrun",
+    argv=Argv.HOROVODRUN,
+    engine="DistributedOptimizer",
+    components=(TORCH_PACKAGE, HOROVOD_PACKAGE),
+    multi_node=True,
+    process_per_gpu=True,
+    compile=True,
+    fp16_allreduce=True,
+    containers_across_nodes=False,
+    exchange_per_step=True,
+    default=True,
+)
 # torch.nn.DataParallel, the baseline DDP is measured against; opt-in.
 DP = LauncherKind(
-    name="dp", title="DataParallel",
+    name="dp",
+    title="DataParallel",
     description="torch.nn.DataParallel: one process driving the GPUs of one machine",
-    argv=Argv.PLAIN, engine="DataParallel", components=(TORCH_PACKAGE,), multi_node=False,
-    process_per_gpu=False, compile=False, fp16_allreduce=False, containers_across_nodes=False,
-    exchange_per_step=False, default=False,
-)  # fmt: skip
+    argv=Argv.PLAIN,
+    engine="DataParallel",
+    components=(TORCH_PACKAGE,),
+    multi_node=False,
+    process_per_gpu=False,
+    compile=False,
+    fp16_allreduce=False,
+    containers_across_nodes=False,
+    exchange_per_step=False,
+    default=False,
+)
 
 LAUNCHER_KINDS: dict[str, LauncherKind] = {k.name: k for k in (DDP, HOROVOD, DP)}
 LAUNCHERS: tuple[str, ...] = tuple(LAUNCHER_KINDS)

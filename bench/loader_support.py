@@ -134,8 +134,10 @@ def loader_errors(
     """Every reason the sweep's loaders cannot run, as --loader messages."""
     if data == SYNTHETIC:
         if tuple(loaders) != (NO_LOADER,):
-            return ["--loader: synthetic data is made on the device, there is nothing to load "
-                    "(give --data DIR to compare loaders)"]  # fmt: skip
+            return [
+                "--loader: synthetic data is made on the device, there is nothing to load "
+                "(give --data DIR to compare loaders)"
+            ]
         return []
     errors = []
     for loader in loaders:

@@ -70,8 +70,10 @@ def nvidia_driver_version() -> str | None:
     try:
         done = subprocess.run(
             ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=30,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     words = done.stdout.split()
@@ -106,9 +108,15 @@ def torch_facts(gpus: bool = True) -> dict[str, Any]:
     """torch's version and CUDA build, the NCCL compiled into it, and (gpus=True) how many GPUs
     it sees, GPU 0's name and compute capability. Querying a GPU initialises CUDA in this
     process: the sweep's own process asks a child instead (local_environment)."""
-    info: dict[str, Any] = {"torch": _dist_version("torch"), "torch_cuda": None, "nccl": None,
-                            "gpus": 0, "gpu_name": "", "gpu_capability": None,
-                            "gpu_memory_gb": 0.0}  # fmt: skip
+    info: dict[str, Any] = {
+        "torch": _dist_version("torch"),
+        "torch_cuda": None,
+        "nccl": None,
+        "gpus": 0,
+        "gpu_name": "",
+        "gpu_capability": None,
+        "gpu_memory_gb": 0.0,
+    }
     if not info["torch"]:
         return info
     try:

@@ -54,8 +54,21 @@ def find_binary(asked: str = "", prefix: Path = ROLE_PREFIX) -> Path | None:
 def argv(binary: Path, nbytes: int, gpus: int, iterations: int) -> list[str]:
     """One message size (the probe's), out-of-place and in-place, `gpus` GPUs in one process."""
     size = str(nbytes - nbytes % 4)  # whole floats
-    return [str(binary), "-b", size, "-e", size, "-g", str(gpus), "-n", str(iterations),
-            "-w", "5", "-c", "1"]  # fmt: skip
+    return [
+        str(binary),
+        "-b",
+        size,
+        "-e",
+        size,
+        "-g",
+        str(gpus),
+        "-n",
+        str(iterations),
+        "-w",
+        "5",
+        "-c",
+        "1",
+    ]
 
 
 def parse(output: str, nbytes: int) -> tuple[float, float] | None:

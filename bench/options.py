@@ -74,16 +74,29 @@ def add_knob(group: Any, name: str, k: Knob) -> None:
     help_text = f"{k.help} (default: {k.default_words()})"
     action = "append" if k.repeat else "store"
     if k.switch:
-        group.add_argument(k.flag, dest=name, action="store_const", const=not k.default,
-                           default=None, help=help_text)  # fmt: skip
+        group.add_argument(
+            k.flag,
+            dest=name,
+            action="store_const",
+            const=not k.default,
+            default=None,
+            help=help_text,
+        )
         return
     if k.values is not None:
         metavar = "{" + ",".join(k.values) + "}"
     else:  # named after the option, not the field: --steps N, --gpus N[,N...]
         metavar = k.flag.removeprefix("--").upper().replace("-", "_")
         metavar += f"[,{metavar}...]" if k.many else ""
-    group.add_argument(k.flag, dest=name, action=action, type=_value_type(k), default=None,
-                       metavar=metavar, help=help_text)  # fmt: skip
+    group.add_argument(
+        k.flag,
+        dest=name,
+        action=action,
+        type=_value_type(k),
+        default=None,
+        metavar=metavar,
+        help=help_text,
+    )
 
 
 def add_knobs(group: Any, cls: type) -> None:
@@ -111,11 +124,17 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="continue the sweep in this results directory (default: a new sweep)",
     )
-    p.add_argument("--no-progress", dest="progress", action="store_false",
-                   help="no progress bar (default: a progress bar)")  # fmt: skip
+    p.add_argument(
+        "--no-progress",
+        dest="progress",
+        action="store_false",
+        help="no progress bar (default: a progress bar)",
+    )
     add_knobs(p.add_argument_group("sweep", "How the sweep runs."), BenchConfig)
-    workload = p.add_argument_group("workload", "What every run trains; each comma list is "
-                                    "swept, every combination a separate run.")  # fmt: skip
+    workload = p.add_argument_group(
+        "workload",
+        "What every run trains; each comma list is swept, every combination a separate run.",
+    )
     for cls in (Variant, Workload):
         add_knobs(workload, cls)
     multi_node = p.add_argument_group(

@@ -17,13 +17,20 @@ from bench.hosts import ClusterConfig
 PORTS = range(1, 65536)
 # (flag, its field, the flags it cannot go with: their fields, why)
 CONFLICTS: tuple[tuple[str, str, dict[str, str], str], ...] = (
-    ("--global-batch", "global_batch", {"--batch-size": "batch_size"},
-     "--global-batch fixes the images per step (strong scaling); --batch-size fixes them per "
-     "GPU (weak scaling): give one"),
-    ("--no-probe", "allreduce_probe", {"--probe-mb": "probe_mb",
-                                       "--probe-iterations": "probe_iterations"},
-     "the probe is off, so its size and iterations would not be used"),
-)  # fmt: skip
+    (
+        "--global-batch",
+        "global_batch",
+        {"--batch-size": "batch_size"},
+        "--global-batch fixes the images per step (strong scaling); --batch-size fixes them per "
+        "GPU (weak scaling): give one",
+    ),
+    (
+        "--no-probe",
+        "allreduce_probe",
+        {"--probe-mb": "probe_mb", "--probe-iterations": "probe_iterations"},
+        "the probe is off, so its size and iterations would not be used",
+    ),
+)
 
 
 def out_problem(out_root: str) -> str:

@@ -84,10 +84,20 @@ class Published:
     url: str = ""  # where the figure can be read
 
 
-def _lambda(gpu: str, precision: str, batch: int | None, gpus: int, total: float, url: str,
-            note: str) -> Published:  # fmt: skip
-    return Published("Lambda deeplearning-benchmark", gpu, precision, batch, gpus, total / gpus,
-                     note, layout="nchw", url=url)  # fmt: skip
+def _lambda(
+    gpu: str, precision: str, batch: int | None, gpus: int, total: float, url: str, note: str
+) -> Published:
+    return Published(
+        "Lambda deeplearning-benchmark",
+        gpu,
+        precision,
+        batch,
+        gpus,
+        total / gpus,
+        note,
+        layout="nchw",
+        url=url,
+    )
 
 
 PUBLISHED: tuple[Published, ...] = (
@@ -106,26 +116,85 @@ PUBLISHED: tuple[Published, ...] = (
     _lambda("RTX 4090", "amp", 448, 1, 1301, LAMBDA_V1_AMP, "NGC 22.10"),
     _lambda("RTX 4090", "tf32", 224, 1, 721, LAMBDA_V1_TF32, "NGC 22.10 ('FP32')"),
     # NVIDIA DeepLearningExamples, DGX A100 80GB, pytorch-21.03 (NCHW then)
-    Published("NVIDIA DeepLearningExamples RN50 v1.5", "A100", "tf32", None, 1, 938.0,
-              "DGX A100 80GB", url=DLE),
-    Published("NVIDIA DeepLearningExamples RN50 v1.5", "A100", "tf32", None, 8, 7248 / 8,
-              "DGX A100 80GB", url=DLE),
-    Published("NVIDIA DeepLearningExamples RN50 v1.5", "A100", "amp", None, 1, 2470.0,
-              "DGX A100 80GB", url=DLE),
-    Published("NVIDIA DeepLearningExamples RN50 v1.5", "A100", "amp", None, 8, 16621 / 8,
-              "DGX A100 80GB", url=DLE),
-    Published("NVIDIA DeepLearningExamples RN50 v1.5", "V100 SXM2", "fp32", None, 1, 367.0,
-              "DGX-1 16GB", url=DLE),
-    Published("NVIDIA DeepLearningExamples RN50 v1.5", "V100 SXM2", "amp", None, 1, 1200.0,
-              "DGX-1 16GB", url=DLE),
-    Published("PyTorch benchmarks/distributed/ddp", "V100 SXM2", "fp32", 32, 1, 329.0,
-              url=DDP_BENCH),
-    Published("PyTorch benchmarks/distributed/ddp", "V100 SXM2", "fp32", 32, 16, 306.0,
-              url=DDP_BENCH),
-    Published("MLPerf Training v3.0/v3.1 (estimate)", "H100 SXM", "amp", None, 8, 7000.0,
-              "MXNet + DALI; per-GPU rate derived from submission logs, about", ceiling=True,
-              layout="nhwc", url=MLPERF),
-)  # fmt: skip
+    Published(
+        "NVIDIA DeepLearningExamples RN50 v1.5",
+        "A100",
+        "tf32",
+        None,
+        1,
+        938.0,
+        "DGX A100 80GB",
+        url=DLE,
+    ),
+    Published(
+        "NVIDIA DeepLearningExamples RN50 v1.5",
+        "A100",
+        "tf32",
+        None,
+        8,
+        7248 / 8,
+        "DGX A100 80GB",
+        url=DLE,
+    ),
+    Published(
+        "NVIDIA DeepLearningExamples RN50 v1.5",
+        "A100",
+        "amp",
+        None,
+        1,
+        2470.0,
+        "DGX A100 80GB",
+        url=DLE,
+    ),
+    Published(
+        "NVIDIA DeepLearningExamples RN50 v1.5",
+        "A100",
+        "amp",
+        None,
+        8,
+        16621 / 8,
+        "DGX A100 80GB",
+        url=DLE,
+    ),
+    Published(
+        "NVIDIA DeepLearningExamples RN50 v1.5",
+        "V100 SXM2",
+        "fp32",
+        None,
+        1,
+        367.0,
+        "DGX-1 16GB",
+        url=DLE,
+    ),
+    Published(
+        "NVIDIA DeepLearningExamples RN50 v1.5",
+        "V100 SXM2",
+        "amp",
+        None,
+        1,
+        1200.0,
+        "DGX-1 16GB",
+        url=DLE,
+    ),
+    Published(
+        "PyTorch benchmarks/distributed/ddp", "V100 SXM2", "fp32", 32, 1, 329.0, url=DDP_BENCH
+    ),
+    Published(
+        "PyTorch benchmarks/distributed/ddp", "V100 SXM2", "fp32", 32, 16, 306.0, url=DDP_BENCH
+    ),
+    Published(
+        "MLPerf Training v3.0/v3.1 (estimate)",
+        "H100 SXM",
+        "amp",
+        None,
+        8,
+        7000.0,
+        "MXNet + DALI; per-GPU rate derived from submission logs, about",
+        ceiling=True,
+        layout="nhwc",
+        url=MLPERF,
+    ),
+)
 
 
 def identify_gpu(device_name: str) -> GpuPeak | None:

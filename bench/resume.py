@@ -102,8 +102,9 @@ def stop_on_hosts(
     results = on_all(hosts, lambda h: run_on_host(h, script, options, timeout_s))
     failed = {h: r for h, r in results.items() if r.returncode != 0}
     if failed:
-        lines = [f"{h}: rc={r.returncode}: {last_line(r.stderr or r.stdout)}"
-                 for h, r in failed.items()]  # fmt: skip
+        lines = [
+            f"{h}: rc={r.returncode}: {last_line(r.stderr or r.stdout)}" for h, r in failed.items()
+        ]
         raise _refused(
             f"cannot make sure that no rank of this sweep is left on {len(failed)} of "
             f"{len(hosts)} host(s) (its ranks may still hold their GPUs):\n      "
@@ -149,12 +150,18 @@ def stop_slurm_leftovers(
             "again."
         ) from None
     if jobs:
-        say(directory, f"cancelled {len(jobs)} Slurm job(s) an earlier controller left "
-                       f"({comment}): {' '.join(jobs)}")  # fmt: skip
+        say(
+            directory,
+            f"cancelled {len(jobs)} Slurm job(s) an earlier controller left "
+            f"({comment}): {' '.join(jobs)}",
+        )
     if still:
-        say(directory, f"Slurm job(s) {' '.join(still)} still listed by squeue after "
-                       f"{wait_s:.0f} s (completing); going on: their nodes stay theirs "
-                       "(--exclusive), so this sweep's jobs queue behind them")  # fmt: skip
+        say(
+            directory,
+            f"Slurm job(s) {' '.join(still)} still listed by squeue after "
+            f"{wait_s:.0f} s (completing); going on: their nodes stay theirs "
+            "(--exclusive), so this sweep's jobs queue behind them",
+        )
     return jobs
 
 

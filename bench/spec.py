@@ -144,45 +144,84 @@ class Variant:
     """The knobs a sweep may A/B (each a comma list on the command line); part of the run id."""
 
     precision: str = knob(
-        "--precision", "floating-point mode, comma list, each swept",
-        values={p: p for p in PRECISIONS}, many=True,
+        "--precision",
+        "floating-point mode, comma list, each swept",
+        values={p: p for p in PRECISIONS},
+        many=True,
         words="amp-bf16 (amp-fp16 before Ampere) on GPU, fp32 on CPU",
-    )  # fmt: skip
+    )
     channels_last: bool = knob(
-        "--memory-format", "activation layout, comma list, each swept",
-        values={"nchw": False, "channels_last": True}, many=True,
+        "--memory-format",
+        "activation layout, comma list, each swept",
+        values={"nchw": False, "channels_last": True},
+        many=True,
         words="channels_last on GPUs with tensor cores (compute capability 7.0+), else nchw",
-    )  # fmt: skip
+    )
     compile: bool = knob(
-        "--compile", "torch.compile: off, on, or off,on to A/B it",
-        values=_ON_OFF, many=True,
+        "--compile",
+        "torch.compile: off, on, or off,on to A/B it",
+        values=_ON_OFF,
+        many=True,
         words="on on GPUs of compute capability 8.0+ (bench.gpu_defaults), else off",
-    )  # fmt: skip
+    )
     # A default so specs and sweep.json files written before the knob existed still load.
-    loader: str = field(default=NO_LOADER, metadata={"knob": Knob(
-        "--loader", "input pipeline for --data DIR, comma list, each swept: "
-        + ", ".join(f"{x.name} ({x.summary})" for x in LOADERS.values()),
-        values={x: x for x in LOADERS}, many=True,
-        words="the first runnable of dali, nvjpeg, torch on GPU; torch on CPU; none with "
-        "synthetic data",
-    )})  # fmt: skip
-    grad_accum: int = field(default=1, metadata={"knob": Knob(
-        "--grad-accum", "gradient accumulation: micro-batches of --batch-size per optimizer step, "
-        "one allreduce per step (DDP no_sync, Horovod backward_passes_per_step); comma list, "
-        "each swept", parse=int, many=True, default=(1,), at_least=1,
-    )})  # fmt: skip
+    loader: str = field(
+        default=NO_LOADER,
+        metadata={
+            "knob": Knob(
+                "--loader",
+                "input pipeline for --data DIR, comma list, each swept: "
+                + ", ".join(f"{x.name} ({x.summary})" for x in LOADERS.values()),
+                values={x: x for x in LOADERS},
+                many=True,
+                words="the first runnable of dali, nvjpeg, torch on GPU; torch on CPU; none with "
+                "synthetic data",
+            )
+        },
+    )
+    grad_accum: int = field(
+        default=1,
+        metadata={
+            "knob": Knob(
+                "--grad-accum",
+                "gradient accumulation: micro-batches of --batch-size per optimizer step, one "
+                "allreduce per step (DDP no_sync, Horovod backward_passes_per_step); comma list, "
+                "each swept",
+                parse=int,
+                many=True,
+                default=(1,),
+                at_least=1,
+            )
+        },
+    )
 
-    activation_checkpointing: bool = field(default=False, metadata={"knob": Knob(
-        "--activation-checkpointing", "recompute each stage's activations in backward "
-        "(torch.utils.checkpoint on the model's stages: less memory, more compute): off, on, "
-        "or off,on to A/B it", values=_ON_OFF, many=True, default=(False,),
-    )})  # fmt: skip
-    container: str = field(default=NO_CONTAINER, metadata={"knob": Knob(
-        "--container", "where the ranks run, comma list, each swept: host (this environment) "
-        "or a local Docker image (repo:tag, repo@sha256:..., an image ID) every rank runs in, "
-        "with host networking and IPC, the GPUs and the bench mounted in; never pulled",
-        parse=container_value, many=True, default=(NO_CONTAINER,),
-    )})  # fmt: skip
+    activation_checkpointing: bool = field(
+        default=False,
+        metadata={
+            "knob": Knob(
+                "--activation-checkpointing",
+                "recompute each stage's activations in backward (torch.utils.checkpoint on the "
+                "model's stages: less memory, more compute): off, on, or off,on to A/B it",
+                values=_ON_OFF,
+                many=True,
+                default=(False,),
+            )
+        },
+    )
+    container: str = field(
+        default=NO_CONTAINER,
+        metadata={
+            "knob": Knob(
+                "--container",
+                "where the ranks run, comma list, each swept: host (this environment) or a local "
+                "Docker image (repo:tag, repo@sha256:..., an image ID) every rank runs in, with "
+                "host networking and IPC, the GPUs and the bench mounted in; never pulled",
+                parse=container_value,
+                many=True,
+                default=(NO_CONTAINER,),
+            )
+        },
+    )
 
     @property
     def label(self) -> str:
@@ -201,63 +240,120 @@ class Workload:
     """What every run of a sweep trains, and the knobs that are fixed for the whole sweep."""
 
     model: str = knob("--model", "torchvision classification model name", default="resnet50")
-    image_size: int = knob("--image-size", "square input size in pixels", parse=int,
-                           gpu=224, cpu=32, at_least=16)  # fmt: skip
-    num_classes: int = knob("--num-classes", "classes of the model's output layer", parse=int,
-                            default=1000, at_least=2, row=False)  # fmt: skip
-    data: str = knob("--data", "'synthetic' (random tensors) or an ImageFolder root "
-                     "(class subdirectories)", default=SYNTHETIC)  # fmt: skip
+    image_size: int = knob(
+        "--image-size", "square input size in pixels", parse=int, gpu=224, cpu=32, at_least=16
+    )
+    num_classes: int = knob(
+        "--num-classes",
+        "classes of the model's output layer",
+        parse=int,
+        default=1000,
+        at_least=2,
+        row=False,
+    )
+    data: str = knob(
+        "--data",
+        "'synthetic' (random tensors) or an ImageFolder root (class subdirectories)",
+        default=SYNTHETIC,
+    )
     loader_workers: int = knob(
-        "--workers", "DataLoader worker processes per rank", parse=int, at_least=0,
+        "--workers",
+        "DataLoader worker processes per rank",
+        parse=int,
+        at_least=0,
         words="cores per GPU, at most 8, on GPU; 0 on CPU",
-    )  # fmt: skip
-    warmup_steps: int = knob("--warmup-steps", "untimed steps per run", parse=int,
-                             gpu=20, cpu=2, at_least=0)  # fmt: skip
-    timed_steps: int = knob("--steps", "timed steps per run", parse=int,
-                            gpu=100, cpu=8, at_least=1)  # fmt: skip
-    bucket_cap_mb: float = knob("--bucket-cap-mb", "DDP gradient bucket size in MB", parse=float,
-                                default=25.0, above=0)  # fmt: skip
-    static_graph: bool = knob("--static-graph", "DDP static_graph=True", default=False,
-                              switch=True, words="off")  # fmt: skip
+    )
+    warmup_steps: int = knob(
+        "--warmup-steps", "untimed steps per run", parse=int, gpu=20, cpu=2, at_least=0
+    )
+    timed_steps: int = knob("--steps", "timed steps per run", parse=int, gpu=100, cpu=8, at_least=1)
+    bucket_cap_mb: float = knob(
+        "--bucket-cap-mb", "DDP gradient bucket size in MB", parse=float, default=25.0, above=0
+    )
+    static_graph: bool = knob(
+        "--static-graph", "DDP static_graph=True", default=False, switch=True, words="off"
+    )
     gradient_as_bucket_view: bool = knob(
-        "--gradient-as-bucket-view", "DDP gradient_as_bucket_view=True", default=False,
-        switch=True, words="off",
-    )  # fmt: skip
+        "--gradient-as-bucket-view",
+        "DDP gradient_as_bucket_view=True",
+        default=False,
+        switch=True,
+        words="off",
+    )
     broadcast_buffers: bool = knob(
-        "--no-broadcast-buffers", "DDP broadcast_buffers=False", default=True, switch=True,
+        "--no-broadcast-buffers",
+        "DDP broadcast_buffers=False",
+        default=True,
+        switch=True,
         words="buffers are broadcast",
-    )  # fmt: skip
+    )
     fp16_allreduce: bool = knob(
         "--fp16-allreduce",
         "compress gradients to fp16 for the allreduce (DDP comm hook / hvd.Compression.fp16)",
-        default=False, switch=True, words="off",
-    )  # fmt: skip
+        default=False,
+        switch=True,
+        words="off",
+    )
     device: str = knob(
-        "--device", "cpu runs gloo CPU processes (smoke figures) even where GPUs exist",
-        values={"auto": "auto", "cuda": "cuda", "cpu": "cpu"}, default="auto",
+        "--device",
+        "cpu runs gloo CPU processes (smoke figures) even where GPUs exist",
+        values={"auto": "auto", "cuda": "cuda", "cpu": "cpu"},
+        default="auto",
         words="auto: cuda when a GPU is visible, else cpu",
-    )  # fmt: skip
-    seed: int = knob("--seed", "seed of the model's initial weights and the synthetic data",
-                     parse=int, default=0, at_least=0, row=False)  # fmt: skip
+    )
+    seed: int = knob(
+        "--seed",
+        "seed of the model's initial weights and the synthetic data",
+        parse=int,
+        default=0,
+        at_least=0,
+        row=False,
+    )
     # A default so specs and sweep.json files written before the knob existed still load.
-    timed_seconds: float = field(default=0.0, metadata={"knob": Knob(
-        "--timed-seconds", "length of the timed window: warm-up runs until the median step time "
-        "of consecutive ~1 s windows agrees within 2 %% (at most this long again), then the "
-        "window lasts this long; --warmup-steps and --steps become minimums. 0: exactly "
-        "--warmup-steps and --steps", parse=float, gpu=15.0, cpu=0.0, at_least=0,
-    )})  # fmt: skip
-    compile_ddp_split: bool = field(default=False, metadata={"knob": Knob(
-        "--compile-ddp-split", "DDP with --compile on: let Dynamo split the compiled graph at "
-        "DDP's gradient buckets (torch's own default) so each bucket's allreduce overlaps the "
-        "rest of backward, instead of one graph whose allreduces start when backward ends",
-        default=False, switch=True, words="off: one graph",
-    )})  # fmt: skip
-    profile: bool = field(default=False, metadata={"knob": Knob(
-        "--profile", "after the timed window, trace a few more steps of one rank per "
-        "configuration with torch.profiler (Chrome/Perfetto JSON beside the logs; the report's "
-        "appendix lists the top kernels and the share of time in communication)",
-        default=False, switch=True, words="off",
-    )})  # fmt: skip
+    timed_seconds: float = field(
+        default=0.0,
+        metadata={
+            "knob": Knob(
+                "--timed-seconds",
+                "length of the timed window: warm-up runs until the median step time of "
+                "consecutive ~1 s windows agrees within 2 %% (at most this long again), then the "
+                "window lasts this long; --warmup-steps and --steps become minimums. 0: exactly "
+                "--warmup-steps and --steps",
+                parse=float,
+                gpu=15.0,
+                cpu=0.0,
+                at_least=0,
+            )
+        },
+    )
+    compile_ddp_split: bool = field(
+        default=False,
+        metadata={
+            "knob": Knob(
+                "--compile-ddp-split",
+                "DDP with --compile on: let Dynamo split the compiled graph at DDP's gradient "
+                "buckets (torch's own default) so each bucket's allreduce overlaps the rest of "
+                "backward, instead of one graph whose allreduces start when backward ends",
+                default=False,
+                switch=True,
+                words="off: one graph",
+            )
+        },
+    )
+    profile: bool = field(
+        default=False,
+        metadata={
+            "knob": Knob(
+                "--profile",
+                "after the timed window, trace a few more steps of one rank per configuration with "
+                "torch.profiler (Chrome/Perfetto JSON beside the logs; the report's appendix lists "
+                "the top kernels and the share of time in communication)",
+                default=False,
+                switch=True,
+                words="off",
+            )
+        },
+    )
 
 
 def _encode(data: dict[str, Any]) -> str:

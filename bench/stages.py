@@ -162,8 +162,9 @@ def plan_runs_and_probes(sweep: Sweep, env: Environment) -> None:
     meta["planned_runs"] = [s.run_id for s in sweep.runs]
 
 
-def prepare(request: Request, argv: Sequence[str], env: Environment,
-            saved: Saved | None = None) -> Sweep:  # fmt: skip
+def prepare(
+    request: Request, argv: Sequence[str], env: Environment, saved: Saved | None = None
+) -> Sweep:
     """Resume or start fresh, connect to the nodes, validate and plan. Nothing runs yet.
 
     saved: the --resume sweep already opened (bench.resume, before torch was imported); opened
@@ -217,12 +218,17 @@ def announce(sweep: Sweep, resumed: bool, launched: int, probes: int, done: int)
     for reason in sweep.meta.get("defaults_chosen", []) if not resumed else []:
         print(f"bench: default {reason}", file=sys.stderr)
     for launcher, reason in sweep.unavailable.items():
-        print(f"bench: {launcher} unavailable, its runs are recorded as such: {reason}",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"bench: {launcher} unavailable, its runs are recorded as such: {reason}",
+            file=sys.stderr,
+        )
     for image in sweep.containers.values():
         for launcher, reason in image.unavailable.items():
-            print(f"bench: {launcher} unavailable in {image.reference}, its runs are recorded "
-                  f"as such: {reason}", file=sys.stderr)  # fmt: skip
+            print(
+                f"bench: {launcher} unavailable in {image.reference}, its runs are recorded "
+                f"as such: {reason}",
+                file=sys.stderr,
+            )
 
 
 class Progress:
@@ -233,8 +239,9 @@ class Progress:
         self.started = time.monotonic()
         self.previous_elapsed = float(sweep.meta.get("elapsed_s") or 0.0)
         sweep.meta.setdefault("started_at", rows.now_iso())
-        self.bar = tqdm(total=total, disable=not shown, unit="launch", desc="sweep",
-                        dynamic_ncols=True)  # fmt: skip
+        self.bar = tqdm(
+            total=total, disable=not shown, unit="launch", desc="sweep", dynamic_ncols=True
+        )
 
     def save(self, state: str) -> None:
         meta = self.sweep.meta
@@ -277,8 +284,13 @@ def beside_nccl_tests(
     return dataclasses.replace(row, nccl_tests_busbw_gbps=result.busbw_gbps, nccl_tests=result.note)
 
 
-def run_all(sweep: Sweep, runs: list[RunSpec], probes: list[ProbeSpec],
-            launcher: Launcher, progress: Progress) -> None:  # fmt: skip
+def run_all(
+    sweep: Sweep,
+    runs: list[RunSpec],
+    probes: list[ProbeSpec],
+    launcher: Launcher,
+    progress: Progress,
+) -> None:
     """Probes first, then runs, each row stored the moment it is known. On an interrupt the
     run in progress is recorded as interrupted and the interrupt propagates."""
     store = sweep.store
@@ -340,8 +352,11 @@ def execute_sweep(sweep: Sweep, progress: bool = True, launcher: Launcher | None
         run_all(sweep, runs, probes, launcher, clock)
         state = "complete"
     except KeyboardInterrupt:
-        print("\nbench: interrupted; finished runs are kept. Continue with "
-              f"--resume {store.directory}", file=sys.stderr)  # fmt: skip
+        print(
+            "\nbench: interrupted; finished runs are kept. Continue with "
+            f"--resume {store.directory}",
+            file=sys.stderr,
+        )
     finally:
         clock.bar.close()
         signal.signal(signal.SIGTERM, previous_handler)

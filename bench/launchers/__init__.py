@@ -44,8 +44,15 @@ SWEEP_TAG_VAR = "GPUSTACK_BENCH_SWEEP"
 SWEEP_COMMENT_PREFIX = "gpustack-sweep:"
 # Variables of the sweep's own environment that reach every rank wherever it runs (another node,
 # a container), as they reach local ranks: the collective libraries' settings, the bench's own.
-FORWARDED_PREFIXES = ("NCCL_", "GLOO_", "HOROVOD_", "TORCH_NCCL_", "TORCH_DISTRIBUTED_", "UCX_",
-                      "BENCH_")  # fmt: skip
+FORWARDED_PREFIXES = (
+    "NCCL_",
+    "GLOO_",
+    "HOROVOD_",
+    "TORCH_NCCL_",
+    "TORCH_DISTRIBUTED_",
+    "UCX_",
+    "BENCH_",
+)
 
 
 class RemoteError(RuntimeError):
@@ -101,13 +108,30 @@ class Launch:
 def launch_of(spec: RunSpec | ProbeSpec) -> Launch:
     args = ("--spec", spec.encode())
     if isinstance(spec, ProbeSpec):
-        return Launch(spec.probe_id, DDP.name, PROBE_MODULE, args, spec.placement,
-                      spec.threads_per_rank, spec.device, sweep_id=spec.sweep_id)  # fmt: skip
+        return Launch(
+            spec.probe_id,
+            DDP.name,
+            PROBE_MODULE,
+            args,
+            spec.placement,
+            spec.threads_per_rank,
+            spec.device,
+            sweep_id=spec.sweep_id,
+        )
     launcher_kind(spec.launcher)  # ValueError for an unknown launcher
     data = spec.workload.data if spec.workload.data != SYNTHETIC else ""
-    return Launch(spec.run_id, spec.launcher, WORKER_MODULE, args, spec.placement,
-                  spec.threads_per_rank, spec.workload.device, spec.container_digest,
-                  data, spec.sweep_id)  # fmt: skip
+    return Launch(
+        spec.run_id,
+        spec.launcher,
+        WORKER_MODULE,
+        args,
+        spec.placement,
+        spec.threads_per_rank,
+        spec.workload.device,
+        spec.container_digest,
+        data,
+        spec.sweep_id,
+    )
 
 
 class Launcher(Protocol):

@@ -87,7 +87,9 @@ def torchrun_argv(
     """
     host_flag = ("1" if is_host else "0") if isinstance(is_host, bool) else is_host
     argv = [
-        python, "-m", "torch.distributed.run",
+        python,
+        "-m",
+        "torch.distributed.run",
         f"--nnodes={nnodes}",
         f"--nproc-per-node={nproc_per_node}",
         "--rdzv-backend=c10d",
@@ -95,7 +97,7 @@ def torchrun_argv(
         f"--rdzv-id={rdzv_id}",
         f"--rdzv-conf=is_host={host_flag},join_timeout={join_timeout_s}",
         "--max-restarts=0",
-    ]  # fmt: skip
+    ]
     if local_addr:
         argv.append(f"--local-addr={local_addr}")
     if log_dir:
@@ -121,11 +123,14 @@ def horovodrun_argv(
     environment check requires Horovod built with Gloo; GPU tensors still go through NCCL)."""
     argv = [
         horovodrun,
-        "-np", str(np),
-        "-H", hosts,
+        "-np",
+        str(np),
+        "-H",
+        hosts,
         "--gloo",
-        "--start-timeout", str(start_timeout_s),
-    ]  # fmt: skip
+        "--start-timeout",
+        str(start_timeout_s),
+    ]
     if network_interfaces:
         argv += ["--network-interfaces", network_interfaces]
     if ssh_port is not None:

@@ -69,8 +69,20 @@ def docker_run_argv(
     passed: variables passed by name from the docker CLI's environment; values: set to a value.
     read_only: host path -> path in the container; writable: host paths mounted at their own.
     """
-    words = [docker, "run", "--rm", "--pull", "never", "--init", "--name", name,
-             "--network", "host", "--ipc", "host"]  # fmt: skip
+    words = [
+        docker,
+        "run",
+        "--rm",
+        "--pull",
+        "never",
+        "--init",
+        "--name",
+        name,
+        "--network",
+        "host",
+        "--ipc",
+        "host",
+    ]
     if label:
         words += ["--label", f"{LABEL}={label}"]
     for limit in ulimits:
@@ -129,10 +141,18 @@ class Containers:
         path = bench_pythonpath(BENCH_MOUNT, image.pythonpath)  # the image's own kept after it
         names = sorted(set(passed) | set(PASSED_NAMES))
         return docker_run_argv(
-            digest, argv, name=name, passed=names, values={"PYTHONPATH": path}, gpus=self.gpus,
-            ulimits=self.ulimits, read_only=mounts, writable=writable, label=label,
+            digest,
+            argv,
+            name=name,
+            passed=names,
+            values={"PYTHONPATH": path},
+            gpus=self.gpus,
+            ulimits=self.ulimits,
+            read_only=mounts,
+            writable=writable,
+            label=label,
             docker=self.docker,
-        )  # fmt: skip
+        )
 
     def wrap(
         self,
@@ -150,7 +170,13 @@ class Containers:
         forwarded = [k for k in environ if k.startswith(FORWARDED_PREFIXES)]
         passed = [k for k in [*command.env, *forwarded] if k != "PYTHONPATH"]
         argv = self.argv(
-            launch.image, command.argv, name=name, bench_root=bench_root, passed=passed,
-            data=launch.data, writable=writable, label=launch.launch_id,
-        )  # fmt: skip
+            launch.image,
+            command.argv,
+            name=name,
+            bench_root=bench_root,
+            passed=passed,
+            data=launch.data,
+            writable=writable,
+            label=launch.launch_id,
+        )
         return NodeCommand(command.host, tuple(argv), command.env, container=name)

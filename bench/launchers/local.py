@@ -125,9 +125,11 @@ class LocalLauncher:
     (`containers`: the checked images)."""
 
     def __init__(
-        self, tools: Tools | None = None, policy: StopPolicy = STOP,
+        self,
+        tools: Tools | None = None,
+        policy: StopPolicy = STOP,
         containers: Containers | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.tools = tools or Tools()
         self.policy = policy
         self.containers = containers or Containers()
@@ -144,15 +146,24 @@ class LocalLauncher:
             argv = dataparallel_argv(tools.python, module=launch.module, args=launch.args)
         elif launch.kind.argv is Argv.HOROVODRUN:
             argv = horovodrun_argv(
-                tools.horovodrun, tools.python, np=launch.world_size,
-                hosts=format_hosts(launch.placement), module=launch.module, args=launch.args,
-            )  # fmt: skip
+                tools.horovodrun,
+                tools.python,
+                np=launch.world_size,
+                hosts=format_hosts(launch.placement),
+                module=launch.module,
+                args=launch.args,
+            )
         else:
             argv = torchrun_argv(
-                tools.python, nnodes=1, nproc_per_node=launch.world_size,
+                tools.python,
+                nnodes=1,
+                nproc_per_node=launch.world_size,
                 endpoint=rendezvous_endpoint(LOCAL_HOST, port or free_port()),
-                rdzv_id=launch.launch_id, module=launch.module, args=launch.args, is_host=True,
-            )  # fmt: skip
+                rdzv_id=launch.launch_id,
+                module=launch.module,
+                args=launch.args,
+                is_host=True,
+            )
         command = NodeCommand(LOCAL_HOST, tuple(argv), env)
         if not launch.image:
             return command
@@ -161,5 +172,6 @@ class LocalLauncher:
 
     def run(self, spec: RunSpec | ProbeSpec, timeout_s: float, log_path: Path) -> ExecResult:
         command = self.command(launch_of(spec))
-        return execute(command.argv, command.env, timeout_s, log_path, self.policy,
-                       command.container)  # fmt: skip
+        return execute(
+            command.argv, command.env, timeout_s, log_path, self.policy, command.container
+        )

@@ -24,13 +24,17 @@ from bench.launchers.transport import (
 
 
 def kill_run(
-    hosts: Sequence[str], tag: str, options: SshOptions, policy: StopPolicy = STOP,
+    hosts: Sequence[str],
+    tag: str,
+    options: SshOptions,
+    policy: StopPolicy = STOP,
     containers: Mapping[str, str] | None = None,
-) -> dict[str, subprocess.CompletedProcess[str]]:  # fmt: skip
+) -> dict[str, subprocess.CompletedProcess[str]]:
     """Stop every process of the launch tagged `tag` on each host, and the launch's container
     there (`containers`: host -> name, --container), a host that is down reported, not fatal."""
-    scripts = {h: stop_script(RUN_TAG_VAR, tag, policy, (containers or {}).get(h, ""))
-               for h in hosts}  # fmt: skip
+    scripts = {
+        h: stop_script(RUN_TAG_VAR, tag, policy, (containers or {}).get(h, "")) for h in hosts
+    }
     return on_all(hosts, lambda h: run_on_host(h, scripts[h], options, policy.grace_s + 60))
 
 
@@ -88,9 +92,14 @@ class MultiNodeResult:
 
 
 def _start(
-    commands: Sequence[NodeCommand], options: SshOptions, tag: str, log_dir: Path,
-    workdir: str | None, remote_timeout_s: float, policy: StopPolicy,
-) -> list[tuple[subprocess.Popen, NodeOutcome]]:  # fmt: skip
+    commands: Sequence[NodeCommand],
+    options: SshOptions,
+    tag: str,
+    log_dir: Path,
+    workdir: str | None,
+    remote_timeout_s: float,
+    policy: StopPolicy,
+) -> list[tuple[subprocess.Popen, NodeOutcome]]:
     started = []
     for index, command in enumerate(commands):
         log_path = log_dir / f"node{index}-{command.host}.log"
@@ -109,9 +118,11 @@ def _start(
 
 
 def _wait(
-    procs: Sequence[tuple[subprocess.Popen, NodeOutcome]], deadline: float,
-    failure_grace_s: float, poll_s: float,
-) -> None:  # fmt: skip
+    procs: Sequence[tuple[subprocess.Popen, NodeOutcome]],
+    deadline: float,
+    failure_grace_s: float,
+    poll_s: float,
+) -> None:
     """Until every node's launcher ended, the deadline passed (timed out), or one node failed
     failure_grace_s ago (the rest are marked stopped)."""
     failed_at: float | None = None

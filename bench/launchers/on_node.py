@@ -27,22 +27,25 @@ def _parser() -> argparse.ArgumentParser:
     p_survey.add_argument("target", nargs="?", default="", help="the rendezvous host")
     p_survey.add_argument("--route-only", action="store_true", help="skip the versions")
     p_survey.add_argument(
-        "--exports", metavar="VAR",
+        "--exports",
+        metavar="VAR",
         help="print sh exports instead: VAR (unless set) = the interface to target, and "
         "BENCH_NODE_ADDR = this node's address on it",
-    )  # fmt: skip
+    )
     p_check = commands.add_parser(
         "check-versions", help="compare survey lines read from stdin; exit 3 on a mismatch"
     )
     p_check.add_argument(
-        "--components", default="torch",
+        "--components",
+        default="torch",
         help=f"comma list from {','.join(COMPARED_COMPONENTS)} (see components_for)",
-    )  # fmt: skip
+    )
     p_check.add_argument("--nodes", type=int, help="fail unless this many nodes answered")
     p_check.add_argument(
-        "--print-interfaces", action="store_true",
+        "--print-interfaces",
+        action="store_true",
         help="print the nodes' interfaces to the rendezvous host, comma-separated",
-    )  # fmt: skip
+    )
     return parser
 
 

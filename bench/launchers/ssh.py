@@ -96,10 +96,11 @@ def collect_node_info(
         ]
         raise RemoteError(
             f"cannot run the bench on {len(failed)} node(s) ({python} -m {NODE_MODULE} in "
-            f"{workdir or 'the login directory'}):\n" + "\n".join(lines)
+            f"{workdir or 'the login directory'}):\n"
+            + "\n".join(lines)
             + "\nEvery node needs the same Python environment and bench checkout at the same "
             "paths (playbooks/bench.yml puts them there; see --remote-python/--remote-workdir)."
-        )  # fmt: skip
+        )
     infos = {h: parse_survey_output(h, r.stdout) for h, r in results.items()}
     unrouted = {h: i.route_error for h, i in infos.items() if i.route_error}
     if unrouted:
@@ -114,9 +115,11 @@ class SshLauncher:
     """Runs a sweep's launches across --hosts over ssh (see the module docstring)."""
 
     def __init__(
-        self, cluster: ClusterConfig, environ: Mapping[str, str] = os.environ,
+        self,
+        cluster: ClusterConfig,
+        environ: Mapping[str, str] = os.environ,
         policy: StopPolicy = STOP,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.cluster = cluster
         self.ssh = ssh_options_for(cluster)
         self.tools = Tools.beside(cluster.remote_python)
@@ -133,9 +136,12 @@ class SshLauncher:
         names = host_names(self.cluster.placement)
         check_reachable(names, self.ssh)
         self.infos = collect_node_info(
-            names, self.ssh, self.cluster.remote_python,
-            workdir=self.cluster.remote_workdir, timeout_s=timeout_s,
-        )  # fmt: skip
+            names,
+            self.ssh,
+            self.cluster.remote_python,
+            workdir=self.cluster.remote_workdir,
+            timeout_s=timeout_s,
+        )
         return self.infos
 
     def environment(self, local: Environment) -> Environment:
@@ -200,30 +206,43 @@ class SshLauncher:
             raise ValueError(f"{kind.title} across nodes in containers needs sshd in the images")
         if kind.argv is Argv.HOROVODRUN:
             argv = horovodrun_argv(
-                self.tools.horovodrun, self.tools.python, np=launch.world_size,
-                hosts=format_hosts(placement), module=launch.module, args=launch.args,
+                self.tools.horovodrun,
+                self.tools.python,
+                np=launch.world_size,
+                hosts=format_hosts(placement),
+                module=launch.module,
+                args=launch.args,
                 network_interfaces=",".join(self._interfaces(placement)),
-                ssh_port=self.ssh.port, ssh_identity_file=self.ssh.identity_file,
-            )  # fmt: skip
+                ssh_port=self.ssh.port,
+                ssh_identity_file=self.ssh.identity_file,
+            )
             return [NodeCommand(first, tuple(argv), {**base, **env[first]})]
         log_dirs = self.rank_log_dirs(launch, tag)
         tools = self.containers.tools(launch.image) if launch.image else self.tools
         commands = []
         for index, node in enumerate(placement):
             argv = torchrun_argv(
-                tools.python, nnodes=launch.nodes, nproc_per_node=node.slots,
+                tools.python,
+                nnodes=launch.nodes,
+                nproc_per_node=node.slots,
                 endpoint=rendezvous_endpoint(first, self.cluster.rdzv_port),
-                rdzv_id=launch.launch_id, module=launch.module, args=launch.args,
-                is_host=index == 0, local_addr=self.infos[node.host].address or "",
+                rdzv_id=launch.launch_id,
+                module=launch.module,
+                args=launch.args,
+                is_host=index == 0,
+                local_addr=self.infos[node.host].address or "",
                 log_dir=log_dirs[node.host],
-            )  # fmt: skip
+            )
             command = NodeCommand(node.host, tuple(argv), {**base, **env[node.host]})
             if launch.image:  # torchrun in the image, its rank logs in the node's scratch
                 command = self.containers.wrap(
-                    command, launch, bench_root=self.cluster.remote_workdir,
+                    command,
+                    launch,
+                    bench_root=self.cluster.remote_workdir,
                     name=container_name(launch.launch_id, f"{tag}-{index}"),
-                    writable=[log_dirs[node.host]], environ=self.forwarded,
-                )  # fmt: skip
+                    writable=[log_dirs[node.host]],
+                    environ=self.forwarded,
+                )
             commands.append(command)
         return commands
 
@@ -247,18 +266,27 @@ class SshLauncher:
         commands = self.commands(launch, tag)
         node_dir = log_path.with_suffix(".nodes")
         result = run_on_nodes(
-            commands, self.ssh, tag=tag, timeout_s=timeout_s, log_dir=node_dir,
-            hosts=host_names(launch.placement), workdir=self.cluster.remote_workdir,
+            commands,
+            self.ssh,
+            tag=tag,
+            timeout_s=timeout_s,
+            log_dir=node_dir,
+            hosts=host_names(launch.placement),
+            workdir=self.cluster.remote_workdir,
             policy=self.policy,
-        )  # fmt: skip
+        )
         problems = self.fetch_rank_logs(self.rank_log_dirs(launch, tag), node_dir)
         output = _combined_output(commands, result, problems)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         log_path.write_text(output)
         return ExecResult(
-            _returncode(result), result.timed_out, result.wall_s, output, log_path,
+            _returncode(result),
+            result.timed_out,
+            result.wall_s,
+            output,
+            log_path,
             environ=self.interfaces_seen(launch.placement),
-        )  # fmt: skip
+        )
 
 
 def _combined_output(

@@ -185,8 +185,12 @@ echo "killed after {grace}s grace: $pids"
 
 def _container_running(name: str, docker: str) -> bool:
     try:
-        done = subprocess.run([docker, "inspect", "--format", "{{.State.Running}}", name],
-                              capture_output=True, text=True, timeout=30)  # fmt: skip
+        done = subprocess.run(
+            [docker, "inspect", "--format", "{{.State.Running}}", name],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return False
     return done.returncode == 0 and done.stdout.strip() == "true"
@@ -291,8 +295,9 @@ def stop_slurm_jobs_with_comment(
     SlurmQueueError when squeue cannot list the queue in the first place."""
     jobs = slurm_jobs_with_comment(comment, squeue)
     for job_id in jobs:
-        stop_slurm_job(job_id, lambda s, j=job_id: not _still_listed([j], comment, s, squeue),
-                       policy, scancel)  # fmt: skip
+        stop_slurm_job(
+            job_id, lambda s, j=job_id: not _still_listed([j], comment, s, squeue), policy, scancel
+        )
     return jobs, _still_listed(jobs, comment, wait_s, squeue) if jobs else []
 
 

@@ -71,12 +71,17 @@ class SshOptions:
         if self.config_file:
             args += ["-F", self.config_file]
         args += [
-            "-o", "BatchMode=yes",
-            "-o", f"ConnectTimeout={self.connect_timeout_s}",
-            "-o", f"ServerAliveInterval={self.server_alive_interval_s}",
-            "-o", f"ServerAliveCountMax={self.server_alive_count_max}",
-            "-o", f"StrictHostKeyChecking={self.host_key_checking}",
-        ]  # fmt: skip
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            f"ConnectTimeout={self.connect_timeout_s}",
+            "-o",
+            f"ServerAliveInterval={self.server_alive_interval_s}",
+            "-o",
+            f"ServerAliveCountMax={self.server_alive_count_max}",
+            "-o",
+            f"StrictHostKeyChecking={self.host_key_checking}",
+        ]
         if self.known_hosts_file:
             args += ["-o", f"UserKnownHostsFile={self.known_hosts_file}"]
         if self.identity_file:

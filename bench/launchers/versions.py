@@ -68,4 +68,4 @@ def check_versions(infos: Mapping[str, NodeInfo], components: Iterable[str]) -> 
             "a run whose numbers would mix versions:\n"
             + "\n".join(f"  {m.describe()}" for m in mismatches)
             + "\nRe-run the provisioning playbook (site.yml) on all nodes so they match."
-        )  # fmt: skip
+        )

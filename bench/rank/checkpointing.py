@@ -32,8 +32,11 @@ class CheckpointedStage(nn.Module):
 
 def stages(model: nn.Module) -> list[tuple[nn.Module, str]]:
     """(parent, attribute name) of each stage (see the module docstring); [] if none."""
-    top = [(model, name) for name, child in model.named_children()
-           if isinstance(child, nn.Sequential) and len(child) > 0]  # fmt: skip
+    top = [
+        (model, name)
+        for name, child in model.named_children()
+        if isinstance(child, nn.Sequential) and len(child) > 0
+    ]
     if len(top) == 1:
         trunk = getattr(*top[0])
         return [(trunk, name) for name, _ in trunk.named_children()]

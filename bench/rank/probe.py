@@ -48,9 +48,13 @@ def main(argv: list[str] | None = None) -> int:
     if info.rank == 0:
         wire.emit(
             spec.probe_id,
-            {"backend": info.backend, "world_size": info.world_size, "time_s": max(slowest),
-             "nbytes": buffer.numel() * 4},
-        )  # fmt: skip
+            {
+                "backend": info.backend,
+                "world_size": info.world_size,
+                "time_s": max(slowest),
+                "nbytes": buffer.numel() * 4,
+            },
+        )
     engine.shutdown()
     return 0
 

@@ -28,9 +28,14 @@ THROTTLE_REASONS = (
 )
 # Reasons that mean the GPU ran below the clocks it could otherwise sustain.
 SLOWDOWN_REASONS = frozenset(
-    {"sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown",
-     "hw_power_brake_slowdown"}
-)  # fmt: skip
+    {
+        "sw_power_cap",
+        "hw_slowdown",
+        "sw_thermal_slowdown",
+        "hw_thermal_slowdown",
+        "hw_power_brake_slowdown",
+    }
+)
 
 
 def decode_throttle_reasons(mask: int) -> list[str]:

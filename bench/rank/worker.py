@@ -190,8 +190,12 @@ def runtime() -> dict[str, str]:
         mounts = os.readlink("/proc/self/ns/mnt")
     except OSError:
         mounts = ""
-    return {"python": sys.executable, "torch": torch.__version__,
-            "torch_path": os.path.dirname(torch.__file__), "mount_namespace": mounts}  # fmt: skip
+    return {
+        "python": sys.executable,
+        "torch": torch.__version__,
+        "torch_path": os.path.dirname(torch.__file__),
+        "mount_namespace": mounts,
+    }
 
 
 @dataclass
@@ -263,17 +267,24 @@ def settle(
         compile_s = time.perf_counter() - start
     with nvtx_range("warm-up", info.device):
         warmup_steps, step_estimate = warm_up(
-            train_step, batches, engine, info.device, max(0, load.warmup_steps - bool(compile_s)),
+            train_step,
+            batches,
+            engine,
+            info.device,
+            max(0, load.warmup_steps - bool(compile_s)),
             load.timed_seconds or None,
-        )  # fmt: skip
+        )
     timed_steps = timed_steps_for(load.timed_seconds, step_estimate, load.timed_steps)
     return compile_s, warmup_steps + bool(compile_s), timed_steps
 
 
 def after_window(
-    spec: RunSpec, engine: engines.Engine, info: engines.DistInfo, training: Training,
+    spec: RunSpec,
+    engine: engines.Engine,
+    info: engines.DistInfo,
+    training: Training,
     timed_steps: int,
-) -> tuple[float | None, dict[str, Any] | None]:  # fmt: skip
+) -> tuple[float | None, dict[str, Any] | None]:
     """What runs after the timed window, all ranks together: real data's loader alone (its
     img/s) and the --profile steps (rank 0's trace summary)."""
     loader_images_per_s = profile = None
@@ -281,15 +292,19 @@ def after_window(
         engine.barrier()
         with nvtx_range("loader only", info.device):
             loader_images_per_s = loader_rate(
-                training.loader, timed_steps, info.device,
+                training.loader,
+                timed_steps,
+                info.device,
                 skip=loader_named(spec.variant.loader).queue_depth(spec.workload.loader_workers),
-            )  # fmt: skip
+            )
     if spec.trace_path:  # rank 0 records, every rank steps (collectives stay matched)
         engine.barrier()
         profile = profile_steps(
-            training.train_step, training.batches, info.device,
+            training.train_step,
+            training.batches,
+            info.device,
             spec.trace_path if info.rank == 0 else "",
-        )  # fmt: skip
+        )
     return loader_images_per_s, profile
 
 
@@ -341,9 +356,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def send_report(
-    spec: RunSpec, engine: engines.Engine, info: engines.DistInfo, grad_bytes: int,
-    timed_steps: int, report: wire.RankReport,
-) -> None:  # fmt: skip
+    spec: RunSpec,
+    engine: engines.Engine,
+    info: engines.DistInfo,
+    grad_bytes: int,
+    timed_steps: int,
+    report: wire.RankReport,
+) -> None:
     """Every rank's report to rank 0, which prints the run's for the launcher."""
     reports = engine.gather(report)
     images_per_step = spec.batch_per_gpu * info.devices * spec.variant.grad_accum

@@ -49,10 +49,16 @@ def flop_bounds(runs: Sequence[RunRow], points: Sequence[ScalingPoint]) -> list[
 
 
 COMPARISON_HEADER = [
-    "launcher", "variant", "GPUs", "img/s per GPU (mean of launches)", "FLOP bound img/s",
-    "of FLOP bound", "published per GPU (nearest GPU count)", "measured / published",
+    "launcher",
+    "variant",
+    "GPUs",
+    "img/s per GPU (mean of launches)",
+    "FLOP bound img/s",
+    "of FLOP bound",
+    "published per GPU (nearest GPU count)",
+    "measured / published",
     "of MLPerf per GPU",
-]  # fmt: skip
+]
 
 
 def comparison_rows(gpu: reference.GpuPeak, bounds: Sequence[Bound]) -> list[list[str]]:
@@ -68,12 +74,17 @@ def comparison_rows(gpu: reference.GpuPeak, bounds: Sequence[Bound]) -> list[lis
         )
         rows.append(
             [
-                p.launcher, p.variant, str(p.gpus), num(p.throughput_per_gpu),
-                num(b.images_per_s_per_gpu, 0), pct(b.utilisation) + verdict, peer_text,
+                p.launcher,
+                p.variant,
+                str(p.gpus),
+                num(p.throughput_per_gpu),
+                num(b.images_per_s_per_gpu, 0),
+                pct(b.utilisation) + verdict,
+                peer_text,
                 pct(p.throughput_per_gpu / peer.images_per_s_per_gpu) if peer else "n/a",
                 pct(p.throughput_per_gpu / ceiling.images_per_s_per_gpu) if ceiling else "n/a",
             ]
-        )  # fmt: skip
+        )
     return rows
 
 
@@ -91,13 +102,23 @@ def reference_section(runs: Sequence[RunRow], points: Sequence[ScalingPoint]) ->
     lines += table(
         ["source", "precision", "layout", "batch/GPU", "GPUs", "img/s per GPU", "MFU", "note"],
         [
-            [f"[{p.source}]({p.url})" if p.url else p.source, p.precision, p.layout,
-             str(p.batch_per_gpu or "?"), str(p.gpus), num(p.images_per_s_per_gpu),
-             pct(reference.mfu(p.images_per_s_per_gpu, gpu, p.precision)), p.note]
+            [
+                f"[{p.source}]({p.url})" if p.url else p.source,
+                p.precision,
+                p.layout,
+                str(p.batch_per_gpu or "?"),
+                str(p.gpus),
+                num(p.images_per_s_per_gpu),
+                pct(reference.mfu(p.images_per_s_per_gpu, gpu, p.precision)),
+                p.note,
+            ]
             for p in reference.published_on(gpu)
         ],
-    )  # fmt: skip
-    lines += ["", "MFU: img/s x 24.6 GFLOP per ResNet-50 training image / the datasheet's dense "
-              "peak FLOP/s at that precision (the measured rows' \"of FLOP bound\" is the same "
-              "ratio)."]  # fmt: skip
+    )
+    lines += [
+        "",
+        "MFU: img/s x 24.6 GFLOP per ResNet-50 training image / the datasheet's dense "
+        'peak FLOP/s at that precision (the measured rows\' "of FLOP bound" is the same '
+        "ratio).",
+    ]
     return lines

@@ -16,9 +16,16 @@ def image_table(images: Mapping[str, Mapping[str, Any]]) -> list[str]:
     rows = []
     for reference, facts in images.items():
         torch = f"{facts.get('torch')} (CUDA {facts.get('torch_cuda')}, NCCL {facts.get('nccl')})"
-        rows.append([f"@{container_label(reference)}", f"`{reference}`", f"`{facts.get('digest')}`",
-                     f"{facts.get('executable')} {facts.get('python')}", torch,
-                     str(facts.get("horovod") or "none")])  # fmt: skip
+        rows.append(
+            [
+                f"@{container_label(reference)}",
+                f"`{reference}`",
+                f"`{facts.get('digest')}`",
+                f"{facts.get('executable')} {facts.get('python')}",
+                torch,
+                str(facts.get("horovod") or "none"),
+            ]
+        )
     return table(["label", "image", "digest (what ran)", "python", "torch", "Horovod"], rows)
 
 
@@ -32,13 +39,30 @@ def side_by_side(points: Sequence[ScalingPoint]) -> list[str]:
         if not inside or on_host is None:
             continue
         ratio = p.throughput / on_host.throughput if on_host.throughput else float("nan")
-        rows.append([p.launcher, base, str(p.gpus), str(p.nodes), f"@{short}",
-                     num(on_host.throughput), num(p.throughput), num(ratio, 3)])  # fmt: skip
+        rows.append(
+            [
+                p.launcher,
+                base,
+                str(p.gpus),
+                str(p.nodes),
+                f"@{short}",
+                num(on_host.throughput),
+                num(p.throughput),
+                num(ratio, 3),
+            ]
+        )
     if not rows:
         return []
-    header = ["launcher", "variant", "ranks" if points[0].cpu else "GPUs", "nodes", "image",
-              "host img/s (mean of launches)", "image img/s (mean of launches)",
-              "image / host"]  # fmt: skip
+    header = [
+        "launcher",
+        "variant",
+        "ranks" if points[0].cpu else "GPUs",
+        "nodes",
+        "image",
+        "host img/s (mean of launches)",
+        "image img/s (mean of launches)",
+        "image / host",
+    ]
     return table(header, rows)
 
 

@@ -70,8 +70,9 @@ def knob_values(meta: dict[str, Any]) -> dict[str, Any]:
 
 def window_text(config: dict[str, Any]) -> str:
     """How each run's warm-up and timed window were chosen."""
-    warmup, steps, seconds = (config.get(k) for k in ("warmup_steps", "timed_steps",
-                                                     "timed_seconds"))  # fmt: skip
+    warmup, steps, seconds = (
+        config.get(k) for k in ("warmup_steps", "timed_steps", "timed_seconds")
+    )
     if seconds:
         return (
             f"warm-up: at least {warmup} steps, then until the median step time of consecutive "
@@ -104,8 +105,13 @@ def _intro(meta: dict[str, Any], cpu: bool) -> list[str]:
     ]
     chosen = meta.get("defaults_chosen") or []
     if chosen:
-        lines += ["Defaults chosen for this GPU (bench/gpu_defaults.py; each is a knob you can "
-                  "set or sweep):", "", *(f"- {why}" for why in chosen), ""]  # fmt: skip
+        lines += [
+            "Defaults chosen for this GPU (bench/gpu_defaults.py; each is a knob you can "
+            "set or sweep):",
+            "",
+            *(f"- {why}" for why in chosen),
+            "",
+        ]
     return lines
 
 

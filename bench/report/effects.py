@@ -50,16 +50,31 @@ def effect_table(knob: str, points: Sequence[ScalingPoint], runs: Sequence[RunRo
     words = {v: w for w, v in spec.values.items()} if spec.values else {}
     rows = []
     for launcher, _, gpus, base, value, p, good in sorted(entries, key=lambda e: e[:5]):
-        rows.append([
-            launcher, base, str(gpus), words.get(value, str(value)), str(p.global_batch),
-            num(p.throughput),
-            pct(p.efficiency), num(_mean(good, "allreduce_mb_per_image"), 3),
-            num(_mean(good, "peak_memory_gb"), 2),
-        ])  # fmt: skip
+        rows.append(
+            [
+                launcher,
+                base,
+                str(gpus),
+                words.get(value, str(value)),
+                str(p.global_batch),
+                num(p.throughput),
+                pct(p.efficiency),
+                num(_mean(good, "allreduce_mb_per_image"), 3),
+                num(_mean(good, "peak_memory_gb"), 2),
+            ]
+        )
     unit = "ranks" if any(p.cpu for p in points) else "GPUs"
-    header = ["launcher", "configuration", unit, spec.flag, "global batch (per step)",
-              "img/s (mean of launches)", "efficiency vs ideal",
-              "allreduce MB per image (mean)", "peak memory GB (mean)"]  # fmt: skip
+    header = [
+        "launcher",
+        "configuration",
+        unit,
+        spec.flag,
+        "global batch (per step)",
+        "img/s (mean of launches)",
+        "efficiency vs ideal",
+        "allreduce MB per image (mean)",
+        "peak memory GB (mean)",
+    ]
     return table(header, rows)
 
 

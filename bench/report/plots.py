@@ -78,14 +78,24 @@ def _series(points: Sequence[ScalingPoint], attr: str) -> dict[tuple[str, str], 
     return dict(sorted(out.items()))
 
 
-def _draw(ax: Any, series: Sequence[ScalingPoint], attr: str, ci: str, limits: tuple[float, float],
-          colour: str, name: str, index: int) -> None:  # fmt: skip
+def _draw(
+    ax: Any,
+    series: Sequence[ScalingPoint],
+    attr: str,
+    ci: str,
+    limits: tuple[float, float],
+    colour: str,
+    name: str,
+    index: int,
+) -> None:
     xs = [p.gpus for p in series]
     ys = [getattr(p, attr) for p in series]
     bars = [clip_bar(y, getattr(p, ci), *limits) for p, y in zip(series, ys, strict=True)]
     shown = [min(max(y, limits[0]), limits[1]) for y in ys]
-    err = [[max(0.0, s - b.low) for s, b in zip(shown, bars, strict=True)],
-           [max(0.0, b.high - s) for s, b in zip(shown, bars, strict=True)]]  # fmt: skip
+    err = [
+        [max(0.0, s - b.low) for s, b in zip(shown, bars, strict=True)],
+        [max(0.0, b.high - s) for s, b in zip(shown, bars, strict=True)],
+    ]
     ax.errorbar(xs, shown, yerr=err, marker="o", capsize=3, color=colour, label=name)
     for x, y, bar in zip(xs, ys, bars, strict=True):
         for end, edge, marker in ((bar.cut_high, limits[1], "^"), (bar.cut_low, limits[0], "v")):
@@ -94,9 +104,14 @@ def _draw(ax: Any, series: Sequence[ScalingPoint], attr: str, ci: str, limits: t
             point = "" if limits[0] <= y <= limits[1] else f"point {y:,.2f}, "
             ax.plot([x], [edge], marker=marker, color=colour, markersize=9, clip_on=False)
             ax.annotate(
-                f"{point}bar to {end:,.2f}", (x, edge), textcoords="offset points",
-                xytext=(-8, -12 - 10 * index), ha="right", fontsize=7, color=colour,
-            )  # fmt: skip
+                f"{point}bar to {end:,.2f}",
+                (x, edge),
+                textcoords="offset points",
+                xytext=(-8, -12 - 10 * index),
+                ha="right",
+                fontsize=7,
+                color=colour,
+            )
 
 
 def _finish(ax: Any, points: Sequence[ScalingPoint], ylabel: str, title: str) -> None:
@@ -134,8 +149,13 @@ def plot_throughput(points: Sequence[ScalingPoint], path: Path) -> tuple[float, 
         ideal = [(p.gpus, _ideal(p, points)) for p in series if not math.isnan(_ideal(p, points))]
         if len(ideal) > 1:
             what = "1-rank img/s x cores used / cores at 1 rank" if cpu else "N x 1-GPU img/s"
-            ax.plot(*zip(*ideal, strict=True), "--", color=colour, alpha=0.5,
-                    label=f"ideal ({key[0]}: {what})")  # fmt: skip
+            ax.plot(
+                *zip(*ideal, strict=True),
+                "--",
+                color=colour,
+                alpha=0.5,
+                label=f"ideal ({key[0]}: {what})",
+            )
     ax.set_ylim(*limits)
     _finish(ax, points, "images/s (mean of launches)", "Training throughput")
     _save(fig, path)
@@ -154,8 +174,14 @@ def plot_efficiency(points: Sequence[ScalingPoint], path: Path) -> tuple[float, 
         capped = [p for p in series if not math.isnan(p.comm_ceiling)]
         if len(capped) > 1:
             ceiling = [min(p.comm_ceiling, limits[1]) for p in capped]
-            ax.plot([p.gpus for p in capped], ceiling, ":", color=colour, marker="^",
-                    label=f"allreduce ceiling ({key[0]})")  # fmt: skip
+            ax.plot(
+                [p.gpus for p in capped],
+                ceiling,
+                ":",
+                color=colour,
+                marker="^",
+                label=f"allreduce ceiling ({key[0]})",
+            )
     ax.set_ylim(*limits)
     _finish(ax, points, "efficiency = speed-up / ideal speed-up", "Scaling efficiency")
     _save(fig, path)

@@ -55,11 +55,17 @@ def profile_section(profiles: Mapping[str, Mapping[str, Any]], directory: Path) 
             "",
         ]
         rows = [
-            [escape(op["name"][:90]), num(op["ms_per_step"], 2), pct(op.get("share")),
-             num(op["calls_per_step"], 1), "yes" if op["communication"] else ""]
+            [
+                escape(op["name"][:90]),
+                num(op["ms_per_step"], 2),
+                pct(op.get("share")),
+                num(op["calls_per_step"], 1),
+                "yes" if op["communication"] else "",
+            ]
             for op in summary.get("top", [])
-        ]  # fmt: skip
-        lines += table(["op / kernel", "ms per step (self)", "share", "calls per step",
-                        "communication"], rows)  # fmt: skip
+        ]
+        lines += table(
+            ["op / kernel", "ms per step (self)", "share", "calls per step", "communication"], rows
+        )
         lines.append("")
     return lines

@@ -53,12 +53,22 @@ def scaling_header(cpu: bool) -> list[str]:
     unit = "ranks" if cpu else "GPUs"
     per = "img/s per rank" if cpu else "img/s per GPU"
     return [
-        "launcher", "variant", unit, "nodes", "global batch", "placement",
-        "img/s (mean of launches, 95 % CI)", f"{per} (mean of launches)",
-        "speed-up (ideal)", "efficiency vs ideal (95 % CI)", "allreduce ceiling",
+        "launcher",
+        "variant",
+        unit,
+        "nodes",
+        "global batch",
+        "placement",
+        "img/s (mean of launches, 95 % CI)",
+        f"{per} (mean of launches)",
+        "speed-up (ideal)",
+        "efficiency vs ideal (95 % CI)",
+        "allreduce ceiling",
         "step ms (mean of launches of the per-launch median step)",
-        "data wait (mean of launches)", "CV of img/s", "runs ok",
-    ]  # fmt: skip
+        "data wait (mean of launches)",
+        "CV of img/s",
+        "runs ok",
+    ]
 
 
 def _speedup(p: ScalingPoint) -> str:
@@ -76,15 +86,24 @@ def _efficiency(p: ScalingPoint) -> str:
 def scaling_table(points: Sequence[ScalingPoint]) -> list[str]:
     rows = [
         [
-            p.launcher, p.variant, str(p.gpus), str(p.nodes), str(p.global_batch), p.placement,
+            p.launcher,
+            p.variant,
+            str(p.gpus),
+            str(p.nodes),
+            str(p.global_batch),
+            p.placement,
             num(p.throughput) + interval(p.throughput_ci, p.runs_ok),
-            num(p.throughput_per_gpu), _speedup(p),
+            num(p.throughput_per_gpu),
+            _speedup(p),
             _efficiency(p),
-            pct(p.comm_ceiling), num(p.step_time_s * 1e3, 1), pct(p.data_wait_fraction),
-            pct(p.cv), f"{p.runs_ok}/{p.runs_total}",
+            pct(p.comm_ceiling),
+            num(p.step_time_s * 1e3, 1),
+            pct(p.data_wait_fraction),
+            pct(p.cv),
+            f"{p.runs_ok}/{p.runs_total}",
         ]
         for p in points
-    ]  # fmt: skip
+    ]
     return table(scaling_header(any(p.cpu for p in points)), rows)
 
 
@@ -107,8 +126,9 @@ def launcher_comparison(points: Sequence[ScalingPoint]) -> list[str]:
         if sum(1 for p in found.values() if p is not None and p.runs_ok) < 2:
             continue
         where = str(gpus) if nodes == 1 else f"{gpus} ({nodes} nodes)"
-        tput = {x: p.throughput if p is not None and p.runs_ok else math.nan
-                for x, p in found.items()}  # fmt: skip
+        tput = {
+            x: p.throughput if p is not None and p.runs_ok else math.nan for x, p in found.items()
+        }
         cells = [num(tput[x]) for x in present]
         cells += [num(tput[a] / tput[b], 3) if tput[b] else "n/a" for a, b in ratios]
         rows.append([variant, where, *cells])
@@ -127,16 +147,29 @@ def probe_table(probes: Sequence[ProbeRow]) -> list[str]:
     rows = []
     for p in sorted(probes, key=lambda p: p.gpus):
         row = [
-            str(p.gpus), p.hosts, p.backend, p.interconnect or p.status,
-            f"{p.nbytes / 1e6:.0f} MB", num((p.time_s or math.nan) * 1e3, 2),
-            num(p.algbw_gbps or math.nan, 2), num(p.busbw_gbps or math.nan, 2),
-        ]  # fmt: skip
+            str(p.gpus),
+            p.hosts,
+            p.backend,
+            p.interconnect or p.status,
+            f"{p.nbytes / 1e6:.0f} MB",
+            num((p.time_s or math.nan) * 1e3, 2),
+            num(p.algbw_gbps or math.nan, 2),
+            num(p.busbw_gbps or math.nan, 2),
+        ]
         if beside:
             figure = p.nccl_tests_busbw_gbps
             row.append(num(figure, 2) if figure is not None else escape(p.nccl_tests or "n/a"))
         rows.append(row)
-    header = ["GPUs", "hosts", "backend", "interconnect", "size", "ms (median)", "algbw GB/s",
-              "busbw GB/s"]  # fmt: skip
+    header = [
+        "GPUs",
+        "hosts",
+        "backend",
+        "interconnect",
+        "size",
+        "ms (median)",
+        "algbw GB/s",
+        "busbw GB/s",
+    ]
     if beside:
         header.append("nccl-tests busbw GB/s (all_reduce_perf, same size)")
     return table(header, rows)
@@ -157,11 +190,16 @@ def telemetry_section(runs: Sequence[RunRow]) -> list[str]:
     if not ok:
         return ["No GPU telemetry (no NVML on this machine)."]
     rows = [
-        [r.run_id, num(r.sm_clock_mhz_mean, 0), num(r.sm_clock_mhz_min or math.nan, 0),
-         num(r.power_w_mean or math.nan, 0), num(r.temperature_c_max or math.nan, 0),
-         r.throttle_reasons or "none"]
+        [
+            r.run_id,
+            num(r.sm_clock_mhz_mean, 0),
+            num(r.sm_clock_mhz_min or math.nan, 0),
+            num(r.power_w_mean or math.nan, 0),
+            num(r.temperature_c_max or math.nan, 0),
+            r.throttle_reasons or "none",
+        ]
         for r in ok
-    ]  # fmt: skip
+    ]
     return table(
         ["run", "SM MHz mean", "SM MHz min", "power W mean", "max temp C", "clock-event reasons"],
         rows,

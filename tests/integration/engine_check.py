@@ -44,11 +44,21 @@ def small_net(seed: int, memory_format: torch.memory_format) -> torch.nn.Module:
 
 def workload() -> Workload:
     return Workload(
-        model="small", image_size=IMAGE, num_classes=CLASSES, data="synthetic", loader_workers=0,
-        warmup_steps=0, timed_steps=STEPS, bucket_cap_mb=25.0, static_graph=False,
-        gradient_as_bucket_view=False, broadcast_buffers=True, fp16_allreduce=False,
-        device="cpu", seed=0,
-    )  # fmt: skip
+        model="small",
+        image_size=IMAGE,
+        num_classes=CLASSES,
+        data="synthetic",
+        loader_workers=0,
+        warmup_steps=0,
+        timed_steps=STEPS,
+        bucket_cap_mb=25.0,
+        static_graph=False,
+        gradient_as_bucket_view=False,
+        broadcast_buffers=True,
+        fp16_allreduce=False,
+        device="cpu",
+        seed=0,
+    )
 
 
 def flat(model: torch.nn.Module) -> torch.Tensor:

@@ -16,8 +16,19 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 INFRA = REPO / "tests" / "infra"
 # CPU ranks with gloo; ResNet-18 on 32x32 images keeps each launch to seconds.
-TINY = ["--model", "resnet18", "--image-size", "32", "--batch-size", "4",
-        "--warmup-steps", "1", "--steps", "3", "--no-progress"]  # fmt: skip
+TINY = [
+    "--model",
+    "resnet18",
+    "--image-size",
+    "32",
+    "--batch-size",
+    "4",
+    "--warmup-steps",
+    "1",
+    "--steps",
+    "3",
+    "--no-progress",
+]
 NETNS_TOOLS = ("ip", "nsenter", "unshare", "ssh", "ssh-keygen", "/usr/sbin/sshd")
 
 

@@ -71,10 +71,20 @@ def run_bench_playbook(tmp_path: Path, gpus: int, listed: int, rc: int):
     # --check: the counting tasks run anyway (check_mode: false); should the stop ever go missing,
     # the rest of the play (keys, authorized_keys of this machine's user) must still change nothing.
     return subprocess.run(
-        [str(Path(sys.executable).with_name("ansible-playbook")), "-i", str(inventory), "--check",
-         str(REPO / "playbooks" / "bench.yml")],
-        capture_output=True, text=True, timeout=300, env=env, cwd=REPO, check=False,
-    )  # fmt: skip
+        [
+            str(Path(sys.executable).with_name("ansible-playbook")),
+            "-i",
+            str(inventory),
+            "--check",
+            str(REPO / "playbooks" / "bench.yml"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=REPO,
+        check=False,
+    )
 
 
 @pytest.mark.parametrize(

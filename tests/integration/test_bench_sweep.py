@@ -34,8 +34,11 @@ def sweep(
         env[FAULT_VAR] = fault
     done = subprocess.run(
         [sys.executable, "-m", "bench.scaling", *TINY, "--out", str(out), *args],
-        capture_output=True, text=True, env=env, timeout=timeout_s,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout_s,
+    )
     dirs = [d for d in out.iterdir() if d.is_dir()] if out.exists() else []
     assert len(dirs) == 1, done.stderr[-3000:]
     return done, dirs[0]
@@ -50,8 +53,9 @@ def by_id(directory: Path) -> dict[str, dict]:
 
 
 def test_ddp_sweep_writes_rows_files_and_report(tmp_path: Path) -> None:
-    done, d = sweep(tmp_path, "--launchers", "ddp", "--gpus", "1,2", "--repeats", "1",
-                    "--probe-mb", "8")  # fmt: skip
+    done, d = sweep(
+        tmp_path, "--launchers", "ddp", "--gpus", "1,2", "--repeats", "1", "--probe-mb", "8"
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     runs = by_id(d)
     assert set(runs) == {"ddp-n1-fp32-nchw-r0", "ddp-n2-fp32-nchw-r0"}
@@ -86,8 +90,17 @@ def test_ddp_sweep_writes_rows_files_and_report(tmp_path: Path) -> None:
 
 @pytest.mark.usefixtures("horovod")
 def test_horovod_sweep_with_fp16_compression(tmp_path: Path) -> None:
-    done, d = sweep(tmp_path, "--launchers", "horovod", "--gpus", "1,2", "--repeats", "1",
-                    "--no-probe", "--fp16-allreduce")  # fmt: skip
+    done, d = sweep(
+        tmp_path,
+        "--launchers",
+        "horovod",
+        "--gpus",
+        "1,2",
+        "--repeats",
+        "1",
+        "--no-probe",
+        "--fp16-allreduce",
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     runs = by_id(d)
     assert {r["status"] for r in runs.values()} == {"ok"}, runs
@@ -103,8 +116,18 @@ def test_gradient_accumulation_under_both_launchers(tmp_path: Path) -> None:
     # DDP skips the allreduce (no_sync) on the first micro-batch, Horovod holds it back with
     # backward_passes_per_step=2: each step trains 2 x 4 images per rank, one allreduce, so the
     # effective global batch is 2 ranks x 2 micro-batches x 4 images.
-    done, d = sweep(tmp_path, "--launchers", "ddp,horovod", "--gpus", "2", "--repeats", "1",
-                    "--no-probe", "--grad-accum", "2")  # fmt: skip
+    done, d = sweep(
+        tmp_path,
+        "--launchers",
+        "ddp,horovod",
+        "--gpus",
+        "2",
+        "--repeats",
+        "1",
+        "--no-probe",
+        "--grad-accum",
+        "2",
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     runs = by_id(d)
     assert set(runs) == {"ddp-n2-fp32-nchw-acc2-r0", "horovod-n2-fp32-nchw-acc2-r0"}
@@ -121,17 +144,34 @@ def test_a_rank_that_exits_is_recorded_and_the_sweep_goes_on(tmp_path: Path) -> 
     # without it, two DDP repeats. Either way a run follows a crash and the crash is a row.
     horovod = horovod_status().available
     launchers, repeats = ("ddp,horovod", "1") if horovod else ("ddp", "2")
-    done, d = sweep(tmp_path, "--launchers", launchers, "--gpus", "1,2", "--repeats", repeats,
-                    "--no-probe", fault="exit@1")  # fmt: skip
+    done, d = sweep(
+        tmp_path,
+        "--launchers",
+        launchers,
+        "--gpus",
+        "1,2",
+        "--repeats",
+        repeats,
+        "--no-probe",
+        fault="exit@1",
+    )
     assert done.returncode == 1, done.stderr[-3000:]  # some runs failed, their rows recorded
     runs = rows(d)
     expected = (
-        ["ddp-n1-fp32-nchw-r0", "ddp-n2-fp32-nchw-r0", "horovod-n1-fp32-nchw-r0",
-         "horovod-n2-fp32-nchw-r0"]
+        [
+            "ddp-n1-fp32-nchw-r0",
+            "ddp-n2-fp32-nchw-r0",
+            "horovod-n1-fp32-nchw-r0",
+            "horovod-n2-fp32-nchw-r0",
+        ]
         if horovod
-        else ["ddp-n1-fp32-nchw-r0", "ddp-n2-fp32-nchw-r0", "ddp-n1-fp32-nchw-r1",
-              "ddp-n2-fp32-nchw-r1"]
-    )  # fmt: skip
+        else [
+            "ddp-n1-fp32-nchw-r0",
+            "ddp-n2-fp32-nchw-r0",
+            "ddp-n1-fp32-nchw-r1",
+            "ddp-n2-fp32-nchw-r1",
+        ]
+    )
     assert runs["run_id"].tolist() == expected
     assert runs["status"].tolist() == ["ok", "failed", "ok", "failed"]
     failed = runs[runs["status"] == "failed"].set_index("run_id")
@@ -160,8 +200,19 @@ def live_processes_with(text: str) -> list[int]:
 
 
 def test_a_hung_run_is_killed_at_the_timeout(tmp_path: Path) -> None:
-    done, d = sweep(tmp_path, "--launchers", "ddp", "--gpus", "2", "--repeats", "1",
-                    "--no-probe", "--timeout", "20", fault="hang@0")  # fmt: skip
+    done, d = sweep(
+        tmp_path,
+        "--launchers",
+        "ddp",
+        "--gpus",
+        "2",
+        "--repeats",
+        "1",
+        "--no-probe",
+        "--timeout",
+        "20",
+        fault="hang@0",
+    )
     assert done.returncode == 1, done.stderr[-3000:]  # every run failed: not a success
     (run,) = by_id(d).values()
     assert run["status"] == "timeout"
@@ -181,8 +232,21 @@ def wait_for(condition, timeout_s: float, what: str) -> None:  # type: ignore[no
 
 
 def test_interrupt_keeps_finished_rows_and_resume_completes(tmp_path: Path) -> None:
-    args = [sys.executable, "-m", "bench.scaling", *TINY, "--out", str(tmp_path),
-            "--launchers", "ddp", "--gpus", "1", "--repeats", "2", "--no-probe"]  # fmt: skip
+    args = [
+        sys.executable,
+        "-m",
+        "bench.scaling",
+        *TINY,
+        "--out",
+        str(tmp_path),
+        "--launchers",
+        "ddp",
+        "--gpus",
+        "1",
+        "--repeats",
+        "2",
+        "--no-probe",
+    ]
 
     # As from a terminal: SIGINT at its default even where this suite runs as a background job
     # (a shell starts those with SIGINT ignored, and Python then installs no Ctrl-C handler).
@@ -193,8 +257,11 @@ def test_interrupt_keeps_finished_rows_and_resume_completes(tmp_path: Path) -> N
         args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint
     )
     try:
-        wait_for(lambda: list(tmp_path.glob("*/logs/ddp-n1-fp32-nchw-r1.log")), 300,
-                 "the second run to start")  # fmt: skip
+        wait_for(
+            lambda: list(tmp_path.glob("*/logs/ddp-n1-fp32-nchw-r1.log")),
+            300,
+            "the second run to start",
+        )
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=120)
     finally:
@@ -229,11 +296,27 @@ def test_imagefolder_data_and_ddp_knobs(tmp_path: Path) -> None:
         for i in range(12):
             Image.new("RGB", (48, 40), (10 * i, 50, 100)).save(data / cls / f"{i}.png")
     done, d = sweep(
-        tmp_path / "out", "--launchers", "ddp", "--gpus", "2", "--repeats", "1", "--no-probe",
-        "--data", str(data), "--workers", "1", "--memory-format", "channels_last",
-        "--static-graph", "--gradient-as-bucket-view", "--fp16-allreduce",
-        "--no-broadcast-buffers", "--bucket-cap-mb", "5",
-    )  # fmt: skip
+        tmp_path / "out",
+        "--launchers",
+        "ddp",
+        "--gpus",
+        "2",
+        "--repeats",
+        "1",
+        "--no-probe",
+        "--data",
+        str(data),
+        "--workers",
+        "1",
+        "--memory-format",
+        "channels_last",
+        "--static-graph",
+        "--gradient-as-bucket-view",
+        "--fp16-allreduce",
+        "--no-broadcast-buffers",
+        "--bucket-cap-mb",
+        "5",
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     (run,) = by_id(d).values()
     assert run["status"] == "ok", run["error"]
@@ -255,8 +338,10 @@ def test_impossible_requests_stop_before_any_launch(tmp_path: Path) -> None:
     for args, expected in cases:
         done = subprocess.run(
             [sys.executable, "-m", "bench.scaling", *args, "--out", str(tmp_path)],
-            capture_output=True, text=True, timeout=300,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert done.returncode == 2, done.stderr
         for text in expected:
             assert text in done.stderr

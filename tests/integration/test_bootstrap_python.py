@@ -66,10 +66,20 @@ def standin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Pat
     served = tmp_path_factory.mktemp("installer")
     shutil.copy(FIXTURE, served / "Miniforge3-fixture-Linux-x86_64.sh")
     name = f"gpustack-bootstrap-{uuid.uuid4().hex[:8]}"
-    run = docker("run", "-d", "--rm", "--name", name,
-                 "-v", f"{python.parent.parent}:{python.parent.parent}:ro",
-                 "-v", f"{served}:/fixture:ro",
-                 IMAGE, "sleep", "infinity")  # fmt: skip
+    run = docker(
+        "run",
+        "-d",
+        "--rm",
+        "--name",
+        name,
+        "-v",
+        f"{python.parent.parent}:{python.parent.parent}:ro",
+        "-v",
+        f"{served}:/fixture:ro",
+        IMAGE,
+        "sleep",
+        "infinity",
+    )
     assert run.returncode == 0, run.stderr.decode()
     try:
         # Ubuntu 20.04's python3 is 3.8: make the stand-in's the same and hide Debian's 3.11.
@@ -92,10 +102,15 @@ def sh(container: str, script: str) -> str:
 
 def copy_repo(container: str, dest: str) -> None:
     """This working tree (tracked and new files; not .venv, .cache, .work) at DEST."""
-    files = subprocess.run(["git", "ls-files", "-z", "-co", "--exclude-standard"], cwd=REPO,
-                           capture_output=True, check=True).stdout  # fmt: skip
-    tar = subprocess.run(["tar", "--null", "-T", "-", "-c"], cwd=REPO, input=files,
-                         capture_output=True, check=True).stdout  # fmt: skip
+    files = subprocess.run(
+        ["git", "ls-files", "-z", "-co", "--exclude-standard"],
+        cwd=REPO,
+        capture_output=True,
+        check=True,
+    ).stdout
+    tar = subprocess.run(
+        ["tar", "--null", "-T", "-", "-c"], cwd=REPO, input=files, capture_output=True, check=True
+    ).stdout
     unpack = docker(
         "exec", "-i", container, "sh", "-c", f"mkdir -p {dest} && tar -x -C {dest}", stdin=tar
     )
@@ -103,10 +118,12 @@ def copy_repo(container: str, dest: str) -> None:
 
 
 def bootstrap(container: str, repo: str, sha256: str, python: Path) -> subprocess.CompletedProcess:
-    env = {"GPUSTACK_MINIFORGE_URL": "file:///fixture/Miniforge3-fixture-Linux-x86_64.sh",
-           "GPUSTACK_MINIFORGE_SHA256": sha256,
-           "GPUSTACK_TEST_FIXTURE_PYTHON": str(python),
-           "GPUSTACK_BOOTSTRAP_STOP_AFTER": "venv"}  # fmt: skip
+    env = {
+        "GPUSTACK_MINIFORGE_URL": "file:///fixture/Miniforge3-fixture-Linux-x86_64.sh",
+        "GPUSTACK_MINIFORGE_SHA256": sha256,
+        "GPUSTACK_TEST_FIXTURE_PYTHON": str(python),
+        "GPUSTACK_BOOTSTRAP_STOP_AFTER": "venv",
+    }
     args = [f"--env={k}={v}" for k, v in env.items()]
     return docker("exec", *args, container, f"{repo}/scripts/bootstrap.sh", timeout_s=900)
 
@@ -140,8 +157,11 @@ def test_bootstrap_builds_the_venv_from_miniforge_python(standin: tuple[str, Pat
     assert "installing Miniforge" in log, log  # ... and the installer path ran
     assert "using /src/.cache/miniforge/bin/python3 (Python 3." in log, log
 
-    venv = sh(container, "cat /src/.venv/pyvenv.cfg; /src/.venv/bin/python -c "
-              "'import sys; print(\"version_info\", *sys.version_info[:2])'")  # fmt: skip
+    venv = sh(
+        container,
+        "cat /src/.venv/pyvenv.cfg; /src/.venv/bin/python -c "
+        "'import sys; print(\"version_info\", *sys.version_info[:2])'",
+    )
     assert "home = /src/.cache/miniforge/bin" in venv, venv
     major, minor = map(int, re.search(r"version_info (\d+) (\d+)", venv).groups())
     assert (major, minor) >= FLOOR, venv

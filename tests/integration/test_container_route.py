@@ -72,10 +72,23 @@ def build_image() -> tuple[str, bool]:
     pip_dir = Path(pip.__file__).parent
     packages = [*REQUIREMENTS, *([f"/horovod/{horovod.name}"] if horovod else [])]
     # pip from this interpreter's environment, only for the build (not in the image's ENV)
-    install = ["env", "PYTHONPATH=/opt/pip", "python3", "-m", "pip", "install", "--no-index",
-               "--find-links", "/wheels", "--break-system-packages", "--no-cache-dir",
-               "--root-user-action=ignore", "--disable-pip-version-check", "-q",
-               *packages]  # fmt: skip
+    install = [
+        "env",
+        "PYTHONPATH=/opt/pip",
+        "python3",
+        "-m",
+        "pip",
+        "install",
+        "--no-index",
+        "--find-links",
+        "/wheels",
+        "--break-system-packages",
+        "--no-cache-dir",
+        "--root-user-action=ignore",
+        "--disable-pip-version-check",
+        "-q",
+        *packages,
+    ]
     files = sorted(f"{p.name}:{p.stat().st_size}" for p in wheels.glob("*.whl"))
     key = hashlib.sha256(
         json.dumps([base.stdout.strip(), pip.__version__, install, files]).encode()
@@ -90,8 +103,15 @@ def build_image() -> tuple[str, bool]:
     try:
         done = docker("run", "--name", name, *mounts, BASE_IMAGE, *install, timeout_s=1200)
         assert done.returncode == 0, done.stderr[-3000:]
-        done = docker("commit", "--change", 'CMD ["python3"]', "--change",
-                      "LABEL org.gpustack.test=bench-container-route", name, tag)  # fmt: skip
+        done = docker(
+            "commit",
+            "--change",
+            'CMD ["python3"]',
+            "--change",
+            "LABEL org.gpustack.test=bench-container-route",
+            name,
+            tag,
+        )
         assert done.returncode == 0, done.stderr
     finally:
         docker("rm", "--force", name)
@@ -118,10 +138,26 @@ def sweep(
     if fault:
         env[FAULT_VAR] = fault
     done = subprocess.run(
-        [sys.executable, "-m", "bench.scaling", *TINY, "--out", str(out), "--device", "cpu",
-         "--repeats", "1", "--no-probe", *ULIMITS, *args],
-        capture_output=True, text=True, env=env, timeout=600,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "bench.scaling",
+            *TINY,
+            "--out",
+            str(out),
+            "--device",
+            "cpu",
+            "--repeats",
+            "1",
+            "--no-probe",
+            *ULIMITS,
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     dirs = [d for d in out.iterdir() if d.is_dir()] if out.exists() else []
     assert len(dirs) == 1, done.stderr[-3000:]
     return done, dirs[0]
@@ -149,8 +185,12 @@ def test_host_and_image_runs_side_by_side(tmp_path: Path, image: tuple[str, bool
     assert done.returncode == 0, done.stderr[-3000:]
     runs = by_id(d)
     inside = f"fp32-nchw@{container_label(tag)}"
-    assert set(runs) == {"ddp-n1-fp32-nchw-r0", "ddp-n2-fp32-nchw-r0",
-                         f"ddp-n1-{inside}-r0", f"ddp-n2-{inside}-r0"}  # fmt: skip
+    assert set(runs) == {
+        "ddp-n1-fp32-nchw-r0",
+        "ddp-n2-fp32-nchw-r0",
+        f"ddp-n1-{inside}-r0",
+        f"ddp-n2-{inside}-r0",
+    }
     own_mounts = os.readlink("/proc/self/ns/mnt")
     for run_id, run in runs.items():
         assert run["status"] == "ok", run["error"]
@@ -197,8 +237,18 @@ def test_a_timed_out_container_run_leaves_no_container(
     tmp_path: Path, image: tuple[str, bool]
 ) -> None:
     tag, _ = image
-    done, d = sweep(tmp_path, "--launchers", "ddp", "--gpus", "2", "--container", tag,
-                    "--timeout", "25", fault="hang@0")  # fmt: skip
+    done, d = sweep(
+        tmp_path,
+        "--launchers",
+        "ddp",
+        "--gpus",
+        "2",
+        "--container",
+        tag,
+        "--timeout",
+        "25",
+        fault="hang@0",
+    )
     assert done.returncode == 1, done.stderr[-3000:]
     (run,) = by_id(d).values()
     assert run["status"] == "timeout", run["error"]
@@ -225,10 +275,22 @@ def test_an_image_that_is_not_here_is_refused_before_launch(
 ) -> None:
     missing = f"local/gpustack-bench-absent:{uuid.uuid4().hex[:8]}"
     done = subprocess.run(
-        [sys.executable, "-m", "bench.scaling", *TINY, "--device", "cpu", "--out", str(tmp_path),
-         "--container", f"host,{missing}"],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "bench.scaling",
+            *TINY,
+            "--device",
+            "cpu",
+            "--out",
+            str(tmp_path),
+            "--container",
+            f"host,{missing}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 2, done.stderr
     assert f"image {missing!r} is not present locally" in done.stderr
     assert f"docker pull {missing}" in done.stderr

@@ -30,8 +30,15 @@ def launch(launcher: str, ranks: int, layout: str, mode: str) -> subprocess.Comp
     if launcher == "ddp":
         argv = [str(BIN / "torchrun"), "--standalone", f"--nproc_per_node={ranks}", *script]
     else:
-        argv = [str(BIN / "horovodrun"), "-np", str(ranks), "-H", f"localhost:{ranks}",
-                sys.executable, *script]  # fmt: skip
+        argv = [
+            str(BIN / "horovodrun"),
+            "-np",
+            str(ranks),
+            "-H",
+            f"localhost:{ranks}",
+            sys.executable,
+            *script,
+        ]
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600, cwd=REPO)
 
@@ -66,17 +73,39 @@ def test_sweep_with_channels_last_compile_and_a_timed_window_in_seconds(tmp_path
     """The whole path through bench.scaling: both launchers, 2 ranks, channels_last + compile,
     warm-up until steady and a window of --timed-seconds; the row says what it ran."""
     done = subprocess.run(
-        [sys.executable, "-m", "bench.scaling", *TINY, "--out", str(tmp_path), "--gpus", "2",
-         "--launchers", "ddp,horovod", "--repeats", "1", "--no-probe",
-         "--memory-format", "channels_last", "--compile", "on", "--timed-seconds", "2"],
-        capture_output=True, text=True, timeout=900, cwd=REPO,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "bench.scaling",
+            *TINY,
+            "--out",
+            str(tmp_path),
+            "--gpus",
+            "2",
+            "--launchers",
+            "ddp,horovod",
+            "--repeats",
+            "1",
+            "--no-probe",
+            "--memory-format",
+            "channels_last",
+            "--compile",
+            "on",
+            "--timed-seconds",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=REPO,
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     (sweep,) = tmp_path.iterdir()
     rows = pd.read_parquet(sweep / "runs.parquet").set_index("run_id")
     assert sorted(rows.index) == [
-        "ddp-n2-fp32-channels_last-compile-r0", "horovod-n2-fp32-channels_last-compile-r0",
-    ]  # fmt: skip
+        "ddp-n2-fp32-channels_last-compile-r0",
+        "horovod-n2-fp32-channels_last-compile-r0",
+    ]
     for run_id, row in rows.iterrows():
         assert row["status"] == "ok", (run_id, row["error"])
         assert row["channels_last"] and row["compile"] and row["timed_seconds"] == 2.0

@@ -19,11 +19,30 @@ def test_overhead_script_measures_both_loops(launcher: str, request: pytest.Fixt
     if launcher == "horovod":
         request.getfixturevalue("horovod")  # built in CI; skipped (or failed there) otherwise
     done = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "overhead.py"), "--launcher", launcher,
-         "--rounds", "1", "--model", "resnet18", "--steps", "3", "--warmup", "1", "--ranks", "2",
-         "--batch-size", "4", "--memory-format", "channels_last"],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(REPO / "benchmarks" / "overhead.py"),
+            "--launcher",
+            launcher,
+            "--rounds",
+            "1",
+            "--model",
+            "resnet18",
+            "--steps",
+            "3",
+            "--warmup",
+            "1",
+            "--ranks",
+            "2",
+            "--batch-size",
+            "4",
+            "--memory-format",
+            "channels_last",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout
     assert f"{launcher}: resnet18 32px, batch 4/rank, 2 ranks on cpu, fp32 channels_last" in out

@@ -14,8 +14,18 @@ pytestmark = pytest.mark.slow
 
 
 def test_ddp_against_dataparallel_in_one_command(tmp_path: Path) -> None:
-    done, d = sweep(tmp_path, "--launchers", "dp,ddp", "--gpus", "1,2", "--repeats", "1",
-                    "--no-probe", "--compile", "off")  # fmt: skip
+    done, d = sweep(
+        tmp_path,
+        "--launchers",
+        "dp,ddp",
+        "--gpus",
+        "1,2",
+        "--repeats",
+        "1",
+        "--no-probe",
+        "--compile",
+        "off",
+    )
     assert done.returncode == 1, done.stderr[-3000:]  # dp at 2 CPU ranks cannot run: recorded
     runs = by_id(d)
     dp, dp2 = runs["dp-n1-fp32-nchw-r0"], runs["dp-n2-fp32-nchw-r0"]
@@ -31,8 +41,19 @@ def test_ddp_against_dataparallel_in_one_command(tmp_path: Path) -> None:
 
 
 def test_checkpointing_effect_and_profile_traces(tmp_path: Path) -> None:
-    done, d = sweep(tmp_path, "--launchers", "ddp", "--gpus", "2", "--repeats", "1",
-                    "--no-probe", "--activation-checkpointing", "off,on", "--profile")  # fmt: skip
+    done, d = sweep(
+        tmp_path,
+        "--launchers",
+        "ddp",
+        "--gpus",
+        "2",
+        "--repeats",
+        "1",
+        "--no-probe",
+        "--activation-checkpointing",
+        "off,on",
+        "--profile",
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     runs = pd.read_parquet(d / "runs.parquet").set_index("run_id")
     assert list(runs["activation_checkpointing"]) == [False, True] and set(runs["status"]) == {"ok"}

@@ -23,15 +23,29 @@ pytestmark = pytest.mark.slow
 def scaling(out: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "bench.scaling", *TINY, "--out", str(out), *args],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_torch_loader_sweep_records_the_loader_and_its_own_rate(tmp_path: Path) -> None:
     root = tmp_path / "train"
     make_jpeg_folder(root, images=48, size=(48, 40), classes=3)
-    done = scaling(tmp_path / "out", "--data", str(root), "--launchers", "ddp", "--gpus", "2",
-                   "--repeats", "1", "--no-probe", "--workers", "1")  # fmt: skip
+    done = scaling(
+        tmp_path / "out",
+        "--data",
+        str(root),
+        "--launchers",
+        "ddp",
+        "--gpus",
+        "2",
+        "--repeats",
+        "1",
+        "--no-probe",
+        "--workers",
+        "1",
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     (directory,) = (tmp_path / "out").iterdir()
     (run,) = pd.read_parquet(directory / "runs.parquet").to_dict(orient="records")

@@ -59,8 +59,9 @@ def start_sweep(out: Path, args: list[str], fault: str = "") -> tuple[subprocess
     if fault:
         env[FAULT_VAR] = fault
     argv = [sys.executable, "-m", "bench.scaling", *TINY, "--out", str(out), *args]
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            env=env)  # fmt: skip
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env
+    )
     return proc, mark
 
 
@@ -90,8 +91,17 @@ def test_kill_9_of_the_controller_leaves_no_rank_alive(
     if launcher == "horovod":
         request.getfixturevalue("horovod")
     # rank 0 hangs after warm-up: both ranks are alive, mid-run, when the controller dies
-    args = ["--launchers", launcher, "--gpus", "2", "--repeats", "1", "--no-probe",
-            "--timeout", "300"]  # fmt: skip
+    args = [
+        "--launchers",
+        launcher,
+        "--gpus",
+        "2",
+        "--repeats",
+        "1",
+        "--no-probe",
+        "--timeout",
+        "300",
+    ]
     proc, mark = start_sweep(tmp_path, args, fault="hang@0")
     try:
         wait_for(lambda: len(ranks(mark)) == 2, 300, "two ranks to run")
@@ -108,8 +118,11 @@ def test_resume_after_kill_9_and_damage_keeps_finished_rows(tmp_path: Path, dama
     args = ["--launchers", "ddp", "--gpus", "1", "--repeats", "2", "--no-probe"]
     proc, mark = start_sweep(tmp_path, args)
     try:
-        wait_for(lambda: list(tmp_path.glob("*/logs/ddp-n1-fp32-nchw-r1.log")), 300,
-                 "the second run to start")  # fmt: skip
+        wait_for(
+            lambda: list(tmp_path.glob("*/logs/ddp-n1-fp32-nchw-r1.log")),
+            300,
+            "the second run to start",
+        )
         assert kill_controller(proc, mark) == []
     finally:
         proc.kill()

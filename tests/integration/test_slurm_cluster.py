@@ -45,8 +45,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory):
     }
 
     def infra(script: str, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([str(INFRA / script), *args], env=env, capture_output=True,
-                              text=True, timeout=300)  # fmt: skip
+        return subprocess.run(
+            [str(INFRA / script), *args], env=env, capture_output=True, text=True, timeout=300
+        )
 
     infra("slurm.sh", "down")
     infra("netns.sh", "down")
@@ -63,8 +64,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory):
 
 def test_slurm_cluster_is_real(cluster) -> None:
     env, _ = cluster
-    done = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %T"], env=env, capture_output=True,
-                          text=True, timeout=30)  # fmt: skip
+    done = subprocess.run(
+        ["sinfo", "-h", "-N", "-o", "%N %T"], env=env, capture_output=True, text=True, timeout=30
+    )
     assert done.stdout.split("\n")[:2] == ["gss1 idle", "gss2 idle"]
 
 
@@ -72,13 +74,37 @@ def test_slurm_cluster_is_real(cluster) -> None:
 def test_sweep_through_slurm_runs_ddp_and_horovod_on_two_nodes(cluster, tmp_path: Path) -> None:
     env, netns = cluster
     done = subprocess.run(
-        [sys.executable, "-m", "bench.scaling", *TINY, "--out", str(tmp_path / "out"),
-         "--slurm", "--nodes", "2", "--gpus-per-node", "1", "--launchers", "ddp,horovod",
-         "--repeats", "1", "--no-probe", "--timeout", "180",
-         # horovodrun inside the job reaches the other node over ssh with the hosts' test key
-         "--ssh-port", str(PORT), "--ssh-identity-file", str(netns / "id_ed25519")],
-        capture_output=True, text=True, timeout=600, env=env, cwd=REPO,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "bench.scaling",
+            *TINY,
+            "--out",
+            str(tmp_path / "out"),
+            "--slurm",
+            "--nodes",
+            "2",
+            "--gpus-per-node",
+            "1",
+            "--launchers",
+            "ddp,horovod",
+            "--repeats",
+            "1",
+            "--no-probe",
+            "--timeout",
+            "180",
+            # horovodrun inside the job reaches the other node over ssh with the hosts' test key
+            "--ssh-port",
+            str(PORT),
+            "--ssh-identity-file",
+            str(netns / "id_ed25519"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        cwd=REPO,
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     (directory,) = [d for d in (tmp_path / "out").iterdir() if d.is_dir()]
     runs = {
@@ -99,15 +125,26 @@ def test_sweep_through_slurm_runs_ddp_and_horovod_on_two_nodes(cluster, tmp_path
 
 def queue(env: dict[str, str]) -> dict[str, str]:
     """This user's queued jobs, job id -> comment, as the bench asks squeue for them."""
-    done = subprocess.run(["squeue", "--me", "--noheader", "--format=%i %k"], env=env,
-                          capture_output=True, text=True, timeout=30, check=True)  # fmt: skip
+    done = subprocess.run(
+        ["squeue", "--me", "--noheader", "--format=%i %k"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
     return dict(line.split(" ", 1) for line in done.stdout.splitlines())
 
 
 def job_state(env: dict[str, str], job_id: str) -> str:
     """Slurm's JobState for the job (kept MinJobAge=600 s after it ends)."""
-    done = subprocess.run(["scontrol", "show", "job", "-o", job_id], env=env,
-                          capture_output=True, text=True, timeout=30)  # fmt: skip
+    done = subprocess.run(
+        ["scontrol", "show", "job", "-o", job_id],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     return parse_scontrol_record(done.stdout).get("JobState", done.stderr.strip())
 
 
@@ -117,12 +154,34 @@ def test_resume_cancels_the_job_a_killed_controller_left(cluster, tmp_path: Path
     configuration again."""
     env, _ = cluster
     out = tmp_path / "out"
-    argv = [sys.executable, "-m", "bench.scaling", *TINY, "--out", str(out), "--slurm",
-            "--nodes", "1", "--gpus-per-node", "1", "--launchers", "ddp", "--repeats", "1",
-            "--no-probe", "--timeout", "300"]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "bench.scaling",
+        *TINY,
+        "--out",
+        str(out),
+        "--slurm",
+        "--nodes",
+        "1",
+        "--gpus-per-node",
+        "1",
+        "--launchers",
+        "ddp",
+        "--repeats",
+        "1",
+        "--no-probe",
+        "--timeout",
+        "300",
+    ]
     # rank 0 hangs after warm-up: the job runs until stopped
-    controller = subprocess.Popen(argv, env={**env, "BENCH_INJECT_FAULT": "hang@0"}, cwd=REPO,
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    controller = subprocess.Popen(
+        argv,
+        env={**env, "BENCH_INJECT_FAULT": "hang@0"},
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 240
         while not (jobs := queue(env)) and time.monotonic() < deadline:

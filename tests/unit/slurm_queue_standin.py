@@ -59,8 +59,11 @@ class FakeQueue:
         self.queue.write_text(json.dumps({"jobs": jobs, "fail": fail}))
         for name, text in (("squeue", SQUEUE), ("scancel", SCANCEL)):
             path = self.bin / name
-            path.write_text(text.format(python=sys.executable, queue=str(self.queue),
-                                        calls=str(self.calls_file), me=ME))  # fmt: skip
+            path.write_text(
+                text.format(
+                    python=sys.executable, queue=str(self.queue), calls=str(self.calls_file), me=ME
+                )
+            )
             path.chmod(0o755)
 
     def path(self, rest: str) -> str:

@@ -30,13 +30,25 @@ def spec_for(launcher: str) -> RunSpec:
 
 
 def backends() -> tuple[LocalLauncher, SshLauncher, SlurmLauncher]:
-    cluster = ClusterConfig(hosts=(("localhost", 2),), node_counts=(1,), gpus_per_node=(2,),
-                            remote_python=PY, remote_workdir="/srv/bench")  # fmt: skip
+    cluster = ClusterConfig(
+        hosts=(("localhost", 2),),
+        node_counts=(1,),
+        gpus_per_node=(2,),
+        remote_python=PY,
+        remote_workdir="/srv/bench",
+    )
     ssh = SshLauncher(cluster, environ={})
     ssh.infos = {
-        "localhost": NodeInfo("localhost", "vm", "3.11", torch="2.13.0", horovod="0.28.1",
-                              address="127.0.0.1", interface="lo")
-    }  # fmt: skip
+        "localhost": NodeInfo(
+            "localhost",
+            "vm",
+            "3.11",
+            torch="2.13.0",
+            horovod="0.28.1",
+            address="127.0.0.1",
+            interface="lo",
+        )
+    }
     ssh.check(["ddp", "horovod"], "cpu")
     slurm = SlurmLauncher(dataclasses.replace(cluster, hosts=(), slurm=True), "cpu")
     return LocalLauncher(Tools(PY, HVD)), ssh, slurm
@@ -46,19 +58,29 @@ def test_torchrun_argv_is_the_builders_on_every_backend(tmp_path) -> None:  # ty
     spec = spec_for("ddp")
     local, ssh, slurm = backends()
     launch = launch_of(spec)
-    same = {"nnodes": 1, "nproc_per_node": 2, "rdzv_id": spec.run_id,
-            "module": "bench.rank.worker", "args": ["--spec", spec.encode()]}  # fmt: skip
+    same = {
+        "nnodes": 1,
+        "nproc_per_node": 2,
+        "rdzv_id": spec.run_id,
+        "module": "bench.rank.worker",
+        "args": ["--spec", spec.encode()],
+    }
     assert list(local.command(launch, port=29511).argv) == torchrun_argv(
         PY, **same, endpoint="localhost:29511", is_host=True
     )
     (over_ssh,) = ssh.commands(launch, "gsb-x")
     assert list(over_ssh.argv) == torchrun_argv(
-        PY, **same, endpoint="localhost:29400", is_host=True, local_addr="127.0.0.1",
+        PY,
+        **same,
+        endpoint="localhost:29400",
+        is_host=True,
+        local_addr="127.0.0.1",
         log_dir=f"{REMOTE_SCRATCH}/gsb-x/localhost",
-    )  # fmt: skip
+    )
     script = job_script(slurm.slurm_run(launch, 60, tmp_path), SlurmOptions())
-    in_job = torchrun_argv(PY, **same, endpoint="${head}:29400", is_host="${is_host}",
-                           local_addr="${BENCH_NODE_ADDR}")  # fmt: skip
+    in_job = torchrun_argv(
+        PY, **same, endpoint="${head}:29400", is_host="${is_host}", local_addr="${BENCH_NODE_ADDR}"
+    )
     assert shell_join(in_job, JOB_VARIABLES) in script
 
 

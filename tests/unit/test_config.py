@@ -149,9 +149,17 @@ def test_malformed_options_stop_argument_parsing(argv: list[str]) -> None:
 
 def test_list_options_parse() -> None:
     request = parse_request(
-        ["--gpus", "4,1,2", "--claim", "1:560,4:148", "--compile", "off,on",
-         "--precision", "fp32,fp32,amp-fp16"]
-    )  # fmt: skip
+        [
+            "--gpus",
+            "4,1,2",
+            "--claim",
+            "1:560,4:148",
+            "--compile",
+            "off,on",
+            "--precision",
+            "fp32,fp32,amp-fp16",
+        ]
+    )
     assert request.values["gpu_counts"] == (4, 1, 2)
     assert request.values["claim"] == ((1, 560.0), (4, 148.0))
     assert request.values["compile"] == (False, True)
@@ -210,25 +218,75 @@ def test_every_recorded_knob_is_a_column_and_the_old_columns_remain() -> None:
     assert [n for n, _ in knob_columns()] == recorded and set(recorded) <= set(names)
     assert "num_classes" not in names and "seed" not in names  # row=False
     before = {  # the columns of a row before the declarations existed
-        "sweep_id", "run_id", "repeat", "launcher", "variant", "status", "error", "started_at",
-        "launch_wall_s", "nodes", "gpus_per_node", "gpus", "hosts", "device", "device_name",
-        "backend", "interconnect", "model", "scaling", "batch_per_gpu", "global_batch",
-        "image_size", "precision", "channels_last", "compile", "bucket_cap_mb", "static_graph",
-        "gradient_as_bucket_view", "broadcast_buffers", "fp16_allreduce", "data",
-        "loader_workers", "threads_per_rank", "warmup_steps", "timed_steps", "images",
-        "window_s", "throughput", "throughput_per_gpu", "step_time_median_s", "step_time_p90_s",
-        "rank_imbalance", "data_wait_s", "data_wait_fraction", "peak_memory_gb", "gradient_mb",
-        "sm_clock_mhz_mean", "sm_clock_mhz_min", "power_w_mean", "power_w_max",
-        "temperature_c_max", "throttle_reasons",
-    }  # fmt: skip
+        "sweep_id",
+        "run_id",
+        "repeat",
+        "launcher",
+        "variant",
+        "status",
+        "error",
+        "started_at",
+        "launch_wall_s",
+        "nodes",
+        "gpus_per_node",
+        "gpus",
+        "hosts",
+        "device",
+        "device_name",
+        "backend",
+        "interconnect",
+        "model",
+        "scaling",
+        "batch_per_gpu",
+        "global_batch",
+        "image_size",
+        "precision",
+        "channels_last",
+        "compile",
+        "bucket_cap_mb",
+        "static_graph",
+        "gradient_as_bucket_view",
+        "broadcast_buffers",
+        "fp16_allreduce",
+        "data",
+        "loader_workers",
+        "threads_per_rank",
+        "warmup_steps",
+        "timed_steps",
+        "images",
+        "window_s",
+        "throughput",
+        "throughput_per_gpu",
+        "step_time_median_s",
+        "step_time_p90_s",
+        "rank_imbalance",
+        "data_wait_s",
+        "data_wait_fraction",
+        "peak_memory_gb",
+        "gradient_mb",
+        "sm_clock_mhz_mean",
+        "sm_clock_mhz_min",
+        "power_w_mean",
+        "power_w_max",
+        "temperature_c_max",
+        "throttle_reasons",
+    }
     assert before <= set(names)
     measured = {f.name for f in dataclasses.fields(Measurements)}
     assert set(names) - before - measured <= set(recorded)  # a new column is a knob or a measure
 
 
 def test_switches_and_sweeps_parse_to_field_values() -> None:
-    request = parse_request(["--no-broadcast-buffers", "--static-graph", "--grad-accum", "1,4",
-                             "--memory-format", "channels_last,nchw"])  # fmt: skip
+    request = parse_request(
+        [
+            "--no-broadcast-buffers",
+            "--static-graph",
+            "--grad-accum",
+            "1,4",
+            "--memory-format",
+            "channels_last,nchw",
+        ]
+    )
     assert request.values["broadcast_buffers"] is False
     assert request.values["static_graph"] is True
     assert request.values["grad_accum"] == (1, 4)

@@ -21,8 +21,11 @@ P100 = GpuDescription("Tesla P100-PCIE-12GB", (6, 0), 12.8)
 def test_hopper_gets_the_whole_fast_path() -> None:
     chosen = gpu_defaults(H100)
     assert (chosen.precision, chosen.channels_last, chosen.compile, chosen.batch_per_gpu) == (
-        "amp-bf16", True, True, 256,
-    )  # fmt: skip
+        "amp-bf16",
+        True,
+        True,
+        256,
+    )
     assert set(chosen.reasons) == {"precision", "channels_last", "compile", "batch_size"}
     assert "9.0 has bf16" in chosen.reasons["precision"]
 
@@ -30,30 +33,44 @@ def test_hopper_gets_the_whole_fast_path() -> None:
 def test_ampere_40gb() -> None:
     chosen = gpu_defaults(A100_40)
     assert (chosen.precision, chosen.channels_last, chosen.compile, chosen.batch_per_gpu) == (
-        "amp-bf16", True, True, 256,
-    )  # fmt: skip
+        "amp-bf16",
+        True,
+        True,
+        256,
+    )
 
 
 @pytest.mark.parametrize("gpu", [V100_16, T4])
 def test_before_ampere_fp16_channels_last_no_compile(gpu: GpuDescription) -> None:
     chosen = gpu_defaults(gpu)
     assert (chosen.precision, chosen.channels_last, chosen.compile, chosen.batch_per_gpu) == (
-        "amp-fp16", True, False, 128,
-    )  # fmt: skip
+        "amp-fp16",
+        True,
+        False,
+        128,
+    )
     assert "no bf16" in chosen.reasons["precision"]
 
 
 def test_no_tensor_cores() -> None:
     chosen = gpu_defaults(P100)
     assert (chosen.precision, chosen.channels_last, chosen.compile, chosen.batch_per_gpu) == (
-        "fp32", False, False, 64,
-    )  # fmt: skip
+        "fp32",
+        False,
+        False,
+        64,
+    )
 
 
 def test_memory_classes() -> None:
     assert [batch_for_memory(gb) for gb in (150.0, 38.0, 37.9, 24.0, 15.0, 8.0)] == [
-        256, 256, 128, 128, 128, 64,
-    ]  # fmt: skip
+        256,
+        256,
+        128,
+        128,
+        128,
+        64,
+    ]
 
 
 def described(gpu: GpuDescription) -> Environment:
@@ -76,10 +93,18 @@ def test_a_sweep_on_a_described_gpu_takes_these_defaults_and_the_user_overrides_
         128,
     )
     asked = config_for(
-        ["--memory-format", "nchw,channels_last", "--compile", "off", "--batch-size", "128",
-         "--timed-seconds", "0"],
+        [
+            "--memory-format",
+            "nchw,channels_last",
+            "--compile",
+            "off",
+            "--batch-size",
+            "128",
+            "--timed-seconds",
+            "0",
+        ],
         described(H100),
-    )  # fmt: skip
+    )
     assert asked.axes["channels_last"] == (False, True) and asked.axes["compile"] == (False,)
     assert asked.batch_size == 128 and asked.workload.timed_seconds == 0.0
     cpu = config_for([], cpu_machine())
@@ -101,7 +126,7 @@ def test_the_report_says_why_each_default_the_user_kept_was_chosen() -> None:
         "precision amp-bf16",
         "memory format channels_last",
         "batch 256 per GPU",
-    ]  # fmt: skip  (compile was set by the user: no reason to give)
+    ]  # compile was set by the user: no reason to give
     assert chosen_defaults(parse_request([]), cpu_machine()) == []
     config = config_for(["--compile", "off"], described(H100))
     meta = {"config": config.to_dict(), "defaults_chosen": kept, "system": {}}

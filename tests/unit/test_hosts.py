@@ -129,18 +129,32 @@ def test_default_sweep_is_powers_of_two_of_nodes_times_gpus() -> None:
     hosts = parse_hosts("n1:8,n2:8,n3:8")
     plans = plan_node_sweep(hosts)
     assert [format_hosts(p) for p in plans] == [
-        "n1:1", "n1:2", "n1:4", "n1:8",
-        "n1:1,n2:1", "n1:2,n2:2", "n1:4,n2:4", "n1:8,n2:8",
-        "n1:1,n2:1,n3:1", "n1:2,n2:2,n3:2", "n1:4,n2:4,n3:4", "n1:8,n2:8,n3:8",
-    ]  # fmt: skip
+        "n1:1",
+        "n1:2",
+        "n1:4",
+        "n1:8",
+        "n1:1,n2:1",
+        "n1:2,n2:2",
+        "n1:4,n2:4",
+        "n1:8,n2:8",
+        "n1:1,n2:1,n3:1",
+        "n1:2,n2:2,n3:2",
+        "n1:4,n2:4,n3:4",
+        "n1:8,n2:8,n3:8",
+    ]
     assert all(len({h.slots for h in p}) == 1 for p in plans)
 
 
 def test_explicit_sweep_takes_the_first_hosts_and_the_smallest_host_limits_defaults() -> None:
     hosts = parse_hosts("n1:8,n2:4")
     assert [format_hosts(p) for p in plan_node_sweep(hosts, node_counts=[2, 1, 2])] == [
-        "n1:1", "n1:2", "n1:4", "n1:1,n2:1", "n1:2,n2:2", "n1:4,n2:4",
-    ]  # fmt: skip
+        "n1:1",
+        "n1:2",
+        "n1:4",
+        "n1:1,n2:1",
+        "n1:2,n2:2",
+        "n1:4,n2:4",
+    ]
     assert [format_hosts(p) for p in plan_node_sweep(hosts, [2], [3])] == ["n1:3,n2:3"]
 
 
@@ -180,11 +194,22 @@ def test_no_hosts_means_a_single_node_sweep() -> None:
 
 
 def test_hosts_make_a_grid_that_survives_sweep_json(tmp_path: Path) -> None:
-    cluster = cluster_args([
-        "--hosts", "n1:4,n2:4", "--gpus-per-node", "1,4", "--ssh-port", "2222",
-        "--ssh-option", "UserKnownHostsFile=/k", "--ssh-option", "Ciphers=aes128-ctr,aes256-ctr",
-        "--network-interface", "ib0",
-    ])  # fmt: skip
+    cluster = cluster_args(
+        [
+            "--hosts",
+            "n1:4,n2:4",
+            "--gpus-per-node",
+            "1,4",
+            "--ssh-port",
+            "2222",
+            "--ssh-option",
+            "UserKnownHostsFile=/k",
+            "--ssh-option",
+            "Ciphers=aes128-ctr,aes256-ctr",
+            "--network-interface",
+            "ib0",
+        ]
+    )
     assert cluster is not None
     assert (cluster.node_counts, cluster.gpus_per_node) == ((1, 2), (1, 4))
     assert cluster.ssh_options == ("UserKnownHostsFile=/k", "Ciphers=aes128-ctr,aes256-ctr")
@@ -214,8 +239,9 @@ def test_slurm_grid_uses_stand_in_hosts_until_the_job_runs() -> None:
     assert cluster is not None and cluster.slurm and cluster.hosts == ()
     assert cluster.slurm_args == ("--qos=bench", "--exclusive")
     assert [format_hosts(p) for p in cluster.placements()] == [
-        "slurm-node1:1", "slurm-node1:1,slurm-node2:1",
-    ]  # fmt: skip
+        "slurm-node1:1",
+        "slurm-node1:1,slurm-node2:1",
+    ]
 
 
 @pytest.mark.parametrize(

@@ -53,9 +53,12 @@ def test_container_is_a_swept_knob_that_enters_the_run_id() -> None:
     assert config.axes["container"] == ("host", IMAGE)
     assert config_for([], cpu_machine()).axes["container"] == (NO_CONTAINER,)
     runs = plan_sweep(config, "s", local_placement(1), 2)
-    assert [r.run_id for r in runs] == ["ddp-n1-fp32-nchw-r0", "horovod-n1-fp32-nchw-r0",
-                                        "ddp-n1-fp32-nchw@pytorch_24.10-py3-r0",
-                                        "horovod-n1-fp32-nchw@pytorch_24.10-py3-r0"]  # fmt: skip
+    assert [r.run_id for r in runs] == [
+        "ddp-n1-fp32-nchw-r0",
+        "horovod-n1-fp32-nchw-r0",
+        "ddp-n1-fp32-nchw@pytorch_24.10-py3-r0",
+        "horovod-n1-fp32-nchw@pytorch_24.10-py3-r0",
+    ]
     # --resume plans the same run ids from sweep.json
     again = BenchConfig.from_dict(json.loads(json.dumps(config.to_dict())))
     assert [r.run_id for r in plan_sweep(again, "s", local_placement(1), 2)] == [
@@ -108,19 +111,51 @@ def test_the_host_horovod_is_imported_only_for_runs_on_the_host() -> None:
 
 def test_docker_run_argv() -> None:
     argv = docker_run_argv(
-        "img@sha256:1", ["python3", "-m", "torch.distributed.run"], name="gsb-x-1",
-        passed=["OMP_NUM_THREADS"], values={"PYTHONPATH": "/b"}, gpus=True,
-        ulimits=["memlock=-1", "stack=67108864"], read_only={"/src/bench": "/b/bench"},
-        writable=["/tmp/logs"], label="x",
-    )  # fmt: skip
+        "img@sha256:1",
+        ["python3", "-m", "torch.distributed.run"],
+        name="gsb-x-1",
+        passed=["OMP_NUM_THREADS"],
+        values={"PYTHONPATH": "/b"},
+        gpus=True,
+        ulimits=["memlock=-1", "stack=67108864"],
+        read_only={"/src/bench": "/b/bench"},
+        writable=["/tmp/logs"],
+        label="x",
+    )
     assert argv == [
-        "docker", "run", "--rm", "--pull", "never", "--init", "--name", "gsb-x-1",
-        "--network", "host", "--ipc", "host", "--label", "org.gpustack.bench.launch=x",
-        "--ulimit", "memlock=-1", "--ulimit", "stack=67108864", "--gpus", "all",
-        "--volume", "/src/bench:/b/bench:ro", "--volume", "/tmp/logs:/tmp/logs",
-        "--env", "OMP_NUM_THREADS", "--env", "PYTHONPATH=/b",
-        "img@sha256:1", "python3", "-m", "torch.distributed.run",
-    ]  # fmt: skip
+        "docker",
+        "run",
+        "--rm",
+        "--pull",
+        "never",
+        "--init",
+        "--name",
+        "gsb-x-1",
+        "--network",
+        "host",
+        "--ipc",
+        "host",
+        "--label",
+        "org.gpustack.bench.launch=x",
+        "--ulimit",
+        "memlock=-1",
+        "--ulimit",
+        "stack=67108864",
+        "--gpus",
+        "all",
+        "--volume",
+        "/src/bench:/b/bench:ro",
+        "--volume",
+        "/tmp/logs:/tmp/logs",
+        "--env",
+        "OMP_NUM_THREADS",
+        "--env",
+        "PYTHONPATH=/b",
+        "img@sha256:1",
+        "python3",
+        "-m",
+        "torch.distributed.run",
+    ]
     plain = docker_run_argv("i", ["true"], name="n")
     assert "--gpus" not in plain and "--ulimit" not in plain and "--volume" not in plain
 
@@ -132,10 +167,12 @@ def test_container_names_come_from_the_launch_id() -> None:
 
 
 def image_spec(args: Sequence[str] = ("--gpus", "2", "--repeats", "1"), env=None):  # type: ignore[no-untyped-def]
-    config = config_for(["--launchers", "ddp,horovod", "--container", IMAGE, *args],
-                        env or cpu_machine())  # fmt: skip
-    checked = CheckedImage(IMAGE, IMAGE_ID, DIGEST, "/usr/bin/python3", "/usr/local/bin/horovodrun",
-                           "/opt/extra")  # fmt: skip
+    config = config_for(
+        ["--launchers", "ddp,horovod", "--container", IMAGE, *args], env or cpu_machine()
+    )
+    checked = CheckedImage(
+        IMAGE, IMAGE_ID, DIGEST, "/usr/bin/python3", "/usr/local/bin/horovodrun", "/opt/extra"
+    )
     runs = pin_images(plan_sweep(config, "s", local_placement(2), 2), {IMAGE: checked})
     return config, checked, runs
 
@@ -166,8 +203,10 @@ def test_the_local_launcher_runs_the_launch_in_the_pinned_image(monkeypatch) -> 
     assert argv_after(hvd.argv, DIGEST)[0] == "/usr/local/bin/horovodrun"
     assert "/usr/bin/python3" in argv_after(hvd.argv, DIGEST)
     host = LocalLauncher(Tools("/venv/bin/python", "h")).command(
-        launch_of(plan_sweep(config_for(["--gpus", "1"], cpu_machine()), "s",
-                             local_placement(1), 2)[0]))  # fmt: skip
+        launch_of(
+            plan_sweep(config_for(["--gpus", "1"], cpu_machine()), "s", local_placement(1), 2)[0]
+        )
+    )
     assert host.argv[0] == "/venv/bin/python" and host.container == ""
 
 
@@ -199,12 +238,18 @@ def test_an_unchecked_image_is_never_run() -> None:
 
 
 def ssh_launcher(image: CheckedImage, config) -> SshLauncher:  # type: ignore[no-untyped-def]
-    cluster = ClusterConfig(hosts=(("node1", 2), ("node2", 2)), node_counts=(2,),
-                            gpus_per_node=(2,), remote_python="/env/bin/python",
-                            remote_workdir="/srv/bench")  # fmt: skip
+    cluster = ClusterConfig(
+        hosts=(("node1", 2), ("node2", 2)),
+        node_counts=(2,),
+        gpus_per_node=(2,),
+        remote_python="/env/bin/python",
+        remote_workdir="/srv/bench",
+    )
     nodes = SshLauncher(cluster, environ={"NCCL_IB_HCA": "mlx5"})
-    nodes.infos = {h: NodeInfo(h, h, "3.11", address=f"10.0.0.{i}", interface="eth0")
-                   for i, h in enumerate(("node1", "node2"))}  # fmt: skip
+    nodes.infos = {
+        h: NodeInfo(h, h, "3.11", address=f"10.0.0.{i}", interface="eth0")
+        for i, h in enumerate(("node1", "node2"))
+    }
     nodes.containers = image_check.launcher_containers({IMAGE: image}, config)
     return nodes
 
@@ -285,9 +330,16 @@ INSPECT: Reply = (
 
 
 def survey(**facts: object) -> Reply:
-    base = {"hostname": "h", "python": "3.11.2", "torch": "2.13.0+cpu", "torch_cuda": None,
-            "gpus": 0, "executable": "/usr/bin/python3", "horovodrun": "",
-            "horovod_status": [False, "", None, "horovodrun not found"]}  # fmt: skip
+    base = {
+        "hostname": "h",
+        "python": "3.11.2",
+        "torch": "2.13.0+cpu",
+        "torch_cuda": None,
+        "gpus": 0,
+        "executable": "/usr/bin/python3",
+        "horovodrun": "",
+        "horovod_status": [False, "", None, "horovodrun not found"],
+    }
     return 0, "NVIDIA banner\n" + survey_line({**base, **facts}) + "\n", ""
 
 
@@ -301,8 +353,7 @@ def check(argv: Sequence[str], docker: FakeDocker, env=None, hosts: int = 1):  #
 
 
 def test_a_good_image_is_pinned_and_surveyed_as_the_launches_start_it() -> None:
-    docker = FakeDocker([(["info"], INFO), (["image", "inspect"], INSPECT),
-                         (["run"], survey())])  # fmt: skip
+    docker = FakeDocker([(["info"], INFO), (["image", "inspect"], INSPECT), (["run"], survey())])
     image, errors = check(["--launchers", "ddp", "--container-ulimit", "stack=1"], docker)
     assert errors == [] and image is not None
     assert (image.image_id, image.digest, image.python) == (IMAGE_ID, DIGEST, "/usr/bin/python3")
@@ -396,8 +447,9 @@ def test_horovod_not_asked_for_by_name_is_unavailable_in_the_image_only() -> Non
     assert errors == [] and image is not None
     assert "horovodrun not found" in image.unavailable["horovod"]
     assert docker.calls[-1][-1] == "horovod"  # the survey checked horovod.torch in the image
-    config = config_for(["--container", f"host,{IMAGE}", "--gpus", "1", "--repeats", "1"],
-                        cpu_machine())  # fmt: skip
+    config = config_for(
+        ["--container", f"host,{IMAGE}", "--gpus", "1", "--repeats", "1"], cpu_machine()
+    )
     sweep = Sweep(config, None, {})  # type: ignore[arg-type]
     sweep.containers = {IMAGE: image}
     runs = plan_sweep(sweep.config, "s", local_placement(1), 2)
@@ -413,9 +465,11 @@ def test_a_missing_image_is_never_pulled() -> None:
     docker = FakeDocker([(["image", "inspect"], (1, "", "Error: No such image: " + IMAGE))])
     image, errors = check([], docker)
     assert image is None
-    assert errors == [f"node0: image {IMAGE!r} is not present locally (Error: No such image: "
-                      f"{IMAGE}); a sweep never pulls: `docker pull {IMAGE}` (or `docker load -i "
-                      "FILE.tar`) on every node first"]  # fmt: skip
+    assert errors == [
+        f"node0: image {IMAGE!r} is not present locally (Error: No such image: "
+        f"{IMAGE}); a sweep never pulls: `docker pull {IMAGE}` (or `docker load -i "
+        "FILE.tar`) on every node first"
+    ]
     assert not [c for c in docker.calls if "pull" in c or "run" in c]
 
 
@@ -431,16 +485,21 @@ def test_nodes_must_hold_the_same_image() -> None:
     errors: list[str] = []
     machines = [Machine("node1", run, "/srv"), Machine("node2", run, "/srv")]
     assert check_image(IMAGE, config, cpu_machine(), machines, [{}, {}], errors) is None
-    assert errors == [f"image {IMAGE} differs between nodes: {IMAGE_ID} on node1; "
-                      f"sha256:{'ef' * 32} on node2"]  # fmt: skip
+    assert errors == [
+        f"image {IMAGE} differs between nodes: {IMAGE_ID} on node1; sha256:{'ef' * 32} on node2"
+    ]
 
 
 def test_docker_itself_must_answer(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     cases = {
         (127, "", "[Errno 2] No such file or directory: 'docker'"): "the docker CLI is not",
-        (1, "", "Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the "
-                "docker daemon running?"): "the Docker daemon does not answer (Cannot connect",
-    }  # fmt: skip
+        (
+            1,
+            "",
+            "Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the "
+            "docker daemon running?",
+        ): "the Docker daemon does not answer (Cannot connect",
+    }
     for reply, expected in cases.items():
         fake = FakeDocker([(["info"], reply)])
         monkeypatch.setattr(image_check, "local_docker", fake)
@@ -486,12 +545,26 @@ def test_the_registry_digest_of_the_named_repository_is_preferred() -> None:
 def test_rows_record_the_image_and_what_the_ranks_saw(tmp_path: Path) -> None:
     _, _, runs = image_spec()
     report = wire.RunReport(
-        run_id=runs[0].run_id, backend="gloo", world_size=2, gradient_bytes=4, images_per_rank=8,
-        ranks=[wire.RankReport(rank=r, local_rank=r, host="h", device_name="cpu", window_s=1.0,
-                               step_s=[0.5, 0.5], data_wait_s=0.0, peak_memory_bytes=1,
-                               runtime={"python": "/usr/bin/python3", "torch": "2.13.0+cpu"})
-               for r in range(2)],
-    )  # fmt: skip
+        run_id=runs[0].run_id,
+        backend="gloo",
+        world_size=2,
+        gradient_bytes=4,
+        images_per_rank=8,
+        ranks=[
+            wire.RankReport(
+                rank=r,
+                local_rank=r,
+                host="h",
+                device_name="cpu",
+                window_s=1.0,
+                step_s=[0.5, 0.5],
+                data_wait_s=0.0,
+                peak_memory_bytes=1,
+                runtime={"python": "/usr/bin/python3", "torch": "2.13.0+cpu"},
+            )
+            for r in range(2)
+        ],
+    )
     output = "\n".join(wire.encode(runs[0].run_id, report.to_dict()))
     row = row_of(runs[0], ExecResult(0, False, 3.0, output, tmp_path / "l"), "t")
     assert (row.status, row.container, row.container_digest) == ("ok", IMAGE, DIGEST)
@@ -502,12 +575,28 @@ def test_rows_record_the_image_and_what_the_ranks_saw(tmp_path: Path) -> None:
 
 def test_the_report_sets_image_runs_beside_host_runs() -> None:
     label = "fp32-nchw@pytorch_24.10-py3"
-    rows = [run_row(throughput=64.0, variant="fp32-nchw"),
-            run_row(run_id=f"ddp-n1-{label}-r0", variant=label, container=IMAGE,
-                    container_digest=DIGEST, throughput=48.0)]  # fmt: skip
-    meta = {"system": {"containers": {IMAGE: {"digest": DIGEST, "torch": "2.13.0+cpu",
-                                              "executable": "/usr/bin/python3",
-                                              "python": "3.11.2"}}}}  # fmt: skip
+    rows = [
+        run_row(throughput=64.0, variant="fp32-nchw"),
+        run_row(
+            run_id=f"ddp-n1-{label}-r0",
+            variant=label,
+            container=IMAGE,
+            container_digest=DIGEST,
+            throughput=48.0,
+        ),
+    ]
+    meta = {
+        "system": {
+            "containers": {
+                IMAGE: {
+                    "digest": DIGEST,
+                    "torch": "2.13.0+cpu",
+                    "executable": "/usr/bin/python3",
+                    "python": "3.11.2",
+                }
+            }
+        }
+    }
     lines = container_section(summarise(rows, []), meta)
     assert f"| @pytorch_24.10-py3 | `{IMAGE}` | `{DIGEST}` | /usr/bin/python3 3.11.2 |" in (
         "\n".join(lines)

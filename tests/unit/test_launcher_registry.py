@@ -68,8 +68,12 @@ def test_the_detector_finds_every_form_of_comparison() -> None:
         'if name == "torchrun" or name in ("a", "b"): pass\n'  # not launcher names
     )
     assert launcher_name_comparisons(source) == [
-        "1: 'dp'", "2: 'horovod'", "3: 'ddp'", "4: 'dp'", "6: case 'horovod'",
-    ]  # fmt: skip
+        "1: 'dp'",
+        "2: 'horovod'",
+        "3: 'ddp'",
+        "4: 'dp'",
+        "6: case 'horovod'",
+    ]
 
 
 def test_no_module_but_the_registry_compares_a_launcher_name_with_a_string() -> None:
@@ -151,8 +155,11 @@ def test_gradient_exchange_capabilities_shape_the_wire_column(kind: LauncherKind
 
 def test_every_kind_has_its_engine_and_nothing_else_does() -> None:
     assert set(engines.ENGINES) == {k.engine for k in KINDS}
-    expected = {"ddp": engines.DdpEngine, "horovod": engines.HorovodEngine,
-                "dp": engines.DataParallelEngine}  # fmt: skip
+    expected = {
+        "ddp": engines.DdpEngine,
+        "horovod": engines.HorovodEngine,
+        "dp": engines.DataParallelEngine,
+    }
     for name, cls in expected.items():
         assert isinstance(engines.create(name, devices=2), cls)
     dp = engines.create("dp", devices=2)  # the one kind without compile refuses it

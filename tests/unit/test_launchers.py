@@ -48,38 +48,97 @@ QUICK = StopPolicy(grace_s=1.0)
 
 def test_torchrun_argv() -> None:
     argv = torchrun_argv(
-        "/venv/bin/python", nnodes=2, nproc_per_node=8, endpoint="node1:29400", rdzv_id="run1",
-        module="bench.rank.worker", args=["--spec", "X"], is_host=True, local_addr="10.0.0.1",
+        "/venv/bin/python",
+        nnodes=2,
+        nproc_per_node=8,
+        endpoint="node1:29400",
+        rdzv_id="run1",
+        module="bench.rank.worker",
+        args=["--spec", "X"],
+        is_host=True,
+        local_addr="10.0.0.1",
         log_dir="/tmp/gpustack-bench/t/node1",
-    )  # fmt: skip
+    )
     assert argv == [
-        "/venv/bin/python", "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=8",
-        "--rdzv-backend=c10d", "--rdzv-endpoint=node1:29400", "--rdzv-id=run1",
-        f"--rdzv-conf=is_host=1,join_timeout={JOIN_TIMEOUT_S}", "--max-restarts=0",
-        "--local-addr=10.0.0.1", "--log-dir=/tmp/gpustack-bench/t/node1", "--tee=3",
-        "--module", "bench.rank.worker", "--spec", "X",
-    ]  # fmt: skip
-    bare = torchrun_argv("py", nnodes=1, nproc_per_node=1, endpoint="h:1", rdzv_id="r",
-                         module="m", args=[], is_host=False)  # fmt: skip
+        "/venv/bin/python",
+        "-m",
+        "torch.distributed.run",
+        "--nnodes=2",
+        "--nproc-per-node=8",
+        "--rdzv-backend=c10d",
+        "--rdzv-endpoint=node1:29400",
+        "--rdzv-id=run1",
+        f"--rdzv-conf=is_host=1,join_timeout={JOIN_TIMEOUT_S}",
+        "--max-restarts=0",
+        "--local-addr=10.0.0.1",
+        "--log-dir=/tmp/gpustack-bench/t/node1",
+        "--tee=3",
+        "--module",
+        "bench.rank.worker",
+        "--spec",
+        "X",
+    ]
+    bare = torchrun_argv(
+        "py",
+        nnodes=1,
+        nproc_per_node=1,
+        endpoint="h:1",
+        rdzv_id="r",
+        module="m",
+        args=[],
+        is_host=False,
+    )
     assert "--rdzv-conf=is_host=0,join_timeout=300" in bare
     assert not [a for a in bare if a.startswith(("--local-addr", "--log-dir", "--tee"))]
 
 
 def test_horovodrun_argv_uses_gloo_and_one_start_timeout_everywhere() -> None:
     argv = horovodrun_argv(
-        "/venv/bin/horovodrun", "/venv/bin/python", np=16, hosts="node1:8,node2:8",
-        module="bench.rank.worker", args=["--spec", "X"], network_interfaces="eth0",
-        ssh_port=2222, ssh_identity_file="/k/id",
-    )  # fmt: skip
+        "/venv/bin/horovodrun",
+        "/venv/bin/python",
+        np=16,
+        hosts="node1:8,node2:8",
+        module="bench.rank.worker",
+        args=["--spec", "X"],
+        network_interfaces="eth0",
+        ssh_port=2222,
+        ssh_identity_file="/k/id",
+    )
     assert argv == [
-        "/venv/bin/horovodrun", "-np", "16", "-H", "node1:8,node2:8", "--gloo",
-        "--start-timeout", str(JOIN_TIMEOUT_S), "--network-interfaces", "eth0", "-p", "2222",
-        "--ssh-identity-file", "/k/id", "/venv/bin/python", "-m", "bench.rank.worker",
-        "--spec", "X",
-    ]  # fmt: skip
+        "/venv/bin/horovodrun",
+        "-np",
+        "16",
+        "-H",
+        "node1:8,node2:8",
+        "--gloo",
+        "--start-timeout",
+        str(JOIN_TIMEOUT_S),
+        "--network-interfaces",
+        "eth0",
+        "-p",
+        "2222",
+        "--ssh-identity-file",
+        "/k/id",
+        "/venv/bin/python",
+        "-m",
+        "bench.rank.worker",
+        "--spec",
+        "X",
+    ]
     local = horovodrun_argv("h", "py", np=2, hosts="localhost:2", module="m", args=[])
-    assert local == ["h", "-np", "2", "-H", "localhost:2", "--gloo", "--start-timeout", "300",
-                     "py", "-m", "m"]  # fmt: skip
+    assert local == [
+        "h",
+        "-np",
+        "2",
+        "-H",
+        "localhost:2",
+        "--gloo",
+        "--start-timeout",
+        "300",
+        "py",
+        "-m",
+        "m",
+    ]
 
 
 def test_shell_join_expands_only_the_named_variables() -> None:
@@ -206,8 +265,9 @@ STUBBORN = (
 def test_timeout_stops_the_whole_tree_term_then_kill(tmp_path: Path) -> None:
     pid_file = tmp_path / "child.pid"
     launcher = LocalLauncher(policy=QUICK)
-    result = execute([sys.executable, "-c", STUBBORN, str(pid_file)], {}, 3, tmp_path / "t.log",
-                     launcher.policy)  # fmt: skip
+    result = execute(
+        [sys.executable, "-c", STUBBORN, str(pid_file)], {}, 3, tmp_path / "t.log", launcher.policy
+    )
     assert result.timed_out and result.returncode is None
     assert "child got TERM" in result.output  # the first signal reached the detached child
     assert _wait_dead(int(pid_file.read_text()))  # and the last one ended it
@@ -246,9 +306,11 @@ def test_an_interrupt_while_the_child_starts_still_stops_it(
 
 
 def test_stop_tree_with_another_policy_sends_its_signals(tmp_path: Path) -> None:
-    code = ("import signal, time\n"
-            "signal.signal(signal.SIGINT, lambda *a: print('INT', flush=True) or exit(0))\n"
-            "print('ready', flush=True); time.sleep(600)\n")  # fmt: skip
+    code = (
+        "import signal, time\n"
+        "signal.signal(signal.SIGINT, lambda *a: print('INT', flush=True) or exit(0))\n"
+        "print('ready', flush=True); time.sleep(600)\n"
+    )
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     assert proc.stdout and proc.stdout.readline() == "ready\n"
     stop_tree(proc, StopPolicy(grace_s=5, first=signal.SIGINT))
@@ -279,8 +341,10 @@ def test_a_slurm_job_is_stopped_with_the_same_steps(tmp_path: Path) -> None:
     stop_slurm_job("4242", never_ends, StopPolicy(grace_s=3), str(scancel))
     assert waited == [3]
     assert calls_file.read_text().splitlines() == [
-        "--signal=TERM --full 4242", "--signal=KILL --full 4242", "4242",
-    ]  # fmt: skip
+        "--signal=TERM --full 4242",
+        "--signal=KILL --full 4242",
+        "4242",
+    ]
     calls_file.unlink()
     stop_slurm_job("4243", lambda seconds: True, StopPolicy(grace_s=3), str(scancel))
     assert calls_file.read_text().splitlines() == ["--signal=TERM --full 4243"]

@@ -212,9 +212,18 @@ def test_cpu_decoder_reads_rgb_grey_cmyk_and_png_as_rgb() -> None:
 
 
 def request_for(root: Path, rank: int, world: int, workers: int, batch: int = 4) -> LoaderRequest:
-    return LoaderRequest(root=str(root), batch=batch, image_size=16, num_classes=3,
-                         workers=workers, rank=rank, world_size=world, device=CPU,
-                         memory_format=torch.contiguous_format, seed=0)  # fmt: skip
+    return LoaderRequest(
+        root=str(root),
+        batch=batch,
+        image_size=16,
+        num_classes=3,
+        workers=workers,
+        rank=rank,
+        world_size=world,
+        device=CPU,
+        memory_format=torch.contiguous_format,
+        seed=0,
+    )
 
 
 def batches_of(
@@ -410,9 +419,20 @@ def test_dali_pipeline_on_cpu_operators_shards_disjointly_and_reshuffles(
     ids = list(range(len(files)))  # labels = file ids, to see which file each rank read
 
     def epochs(rank: int) -> list[set[int]]:
-        pipeline = dali._pipeline(files, ids, 16, rank, 2, reader_seed=7, gpu=False,
-                                  batch_size=4, num_threads=1, device_id=None, seed=1 + rank,
-                                  prefetch_queue_depth=2)  # fmt: skip
+        pipeline = dali._pipeline(
+            files,
+            ids,
+            16,
+            rank,
+            2,
+            reader_seed=7,
+            gpu=False,
+            batch_size=4,
+            num_threads=1,
+            device_id=None,
+            seed=1 + rank,
+            prefetch_queue_depth=2,
+        )
         iterator = DALIGenericIterator(
             [pipeline],
             ["images", "labels"],
@@ -465,8 +485,10 @@ def test_loader_knob_defaults_validates_and_names_the_runs(
     assert "--loader nvjpeg: cannot decode" in str(refused.value)
     assert "--loader dali: NVIDIA DALI is not installed" in str(refused.value)
     assert [v.label for v in config.variants()] == [
-        "amp-bf16-nchw-torch", "amp-bf16-nchw-nvjpeg", "amp-bf16-nchw-dali",
-    ]  # fmt: skip
+        "amp-bf16-nchw-torch",
+        "amp-bf16-nchw-nvjpeg",
+        "amp-bf16-nchw-dali",
+    ]
     assert Variant(precision="fp32", channels_last=False, compile=False).label == "fp32-nchw"
 
 
@@ -479,11 +501,19 @@ def test_report_sets_the_loader_rate_beside_the_model_and_marks_the_epoch_source
 
     def rows(loader_rate: float) -> list[Any]:
         return [
-            run_row(run_id=f"ddp-n1-fp32-nchw-torch-r{i}", repeat=i, variant="fp32-nchw-torch",
-                    loader="torch", data="/data/train", throughput=64.0, throughput_per_gpu=64.0,
-                    loader_throughput_per_gpu=loader_rate, loader_throughput=loader_rate)
+            run_row(
+                run_id=f"ddp-n1-fp32-nchw-torch-r{i}",
+                repeat=i,
+                variant="fp32-nchw-torch",
+                loader="torch",
+                data="/data/train",
+                throughput=64.0,
+                throughput_per_gpu=64.0,
+                loader_throughput_per_gpu=loader_rate,
+                loader_throughput=loader_rate,
+            )
             for i in range(2)
-        ]  # fmt: skip
+        ]
 
     starved = rows(60.0)
     (line,) = loader_section(summarise(starved, []), starved)

@@ -150,8 +150,9 @@ def _survey_line(label: str, **fields: object) -> str:
 
 def test_job_step_check_reads_srun_labelled_lines(monkeypatch, capsys) -> None:
     lines = _survey_line("n1") + _survey_line("n2", interface="ib0") + "n2: unrelated\n"
-    rc, out, err = _main(["check-versions", "--nodes", "2", "--print-interfaces"], lines,
-                         monkeypatch, capsys)  # fmt: skip
+    rc, out, err = _main(
+        ["check-versions", "--nodes", "2", "--print-interfaces"], lines, monkeypatch, capsys
+    )
     assert rc == 0 and out.strip() == "eth0,ib0" and "2 node(s) agree" in err
     rc, _, err = _main(["check-versions", "--nodes", "3"], lines, monkeypatch, capsys)
     assert rc == 3 and "2 of 3 nodes answered" in err
@@ -161,8 +162,9 @@ def test_job_step_check_reads_srun_labelled_lines(monkeypatch, capsys) -> None:
 
 
 def test_survey_exports_for_job_steps_keep_a_users_choice(monkeypatch, capsys) -> None:
-    rc, out, _ = _main(["survey", "127.0.0.1", "--exports", "GLOO_SOCKET_IFNAME"], "",
-                       monkeypatch, capsys)  # fmt: skip
+    rc, out, _ = _main(
+        ["survey", "127.0.0.1", "--exports", "GLOO_SOCKET_IFNAME"], "", monkeypatch, capsys
+    )
     assert rc == 0
     env = {k: v for k, v in os.environ.items() if k != "GLOO_SOCKET_IFNAME"}
     show = out + 'echo "$GLOO_SOCKET_IFNAME $BENCH_NODE_ADDR"'

@@ -78,9 +78,16 @@ def test_torchvision_models_build_here() -> None:
 
 def input_request(root: str, **fields: Any) -> LoaderRequest:
     defaults: dict[str, Any] = dict(
-        batch=4, image_size=32, num_classes=10, workers=0, rank=0, world_size=1,
-        device=torch.device("cpu"), memory_format=torch.channels_last, seed=1,
-    )  # fmt: skip
+        batch=4,
+        image_size=32,
+        num_classes=10,
+        workers=0,
+        rank=0,
+        world_size=1,
+        device=torch.device("cpu"),
+        memory_format=torch.channels_last,
+        seed=1,
+    )
     return LoaderRequest(root=root, **(defaults | fields))
 
 
@@ -102,18 +109,39 @@ def test_loader_request_carries_the_spec_and_the_ranks_place(tmp_path: Path) -> 
 
     from bench.plan import local_placement, plan_sweep
 
-    argv = ["--data", str(tmp_path), "--loader", "nvjpeg", "--image-size", "40",
-            "--workers", "3", "--seed", "7", "--num-classes", "9",
-            "--memory-format", "channels_last"]  # fmt: skip
+    argv = [
+        "--data",
+        str(tmp_path),
+        "--loader",
+        "nvjpeg",
+        "--image-size",
+        "40",
+        "--workers",
+        "3",
+        "--seed",
+        "7",
+        "--num-classes",
+        "9",
+        "--memory-format",
+        "channels_last",
+    ]
     spec = plan_sweep(config_for(argv, cpu_machine()), "s", local_placement(2), 2)[-1]
     # DataParallel-like: one process driving 3 devices consumes 3 GPUs' share of a batch
-    info = engines.DistInfo(rank=1, world_size=2, local_rank=1, device=torch.device("cpu"),
-                            backend="gloo", devices=3)  # fmt: skip
+    info = engines.DistInfo(
+        rank=1, world_size=2, local_rank=1, device=torch.device("cpu"), backend="gloo", devices=3
+    )
     assert worker.loader_request(spec, info) == LoaderRequest(
-        root=str(tmp_path), batch=spec.batch_per_gpu * 3, image_size=40, num_classes=9,
-        workers=3, rank=1, world_size=2, device=torch.device("cpu"),
-        memory_format=torch.channels_last, seed=7,
-    )  # fmt: skip
+        root=str(tmp_path),
+        batch=spec.batch_per_gpu * 3,
+        image_size=40,
+        num_classes=9,
+        workers=3,
+        rank=1,
+        world_size=2,
+        device=torch.device("cpu"),
+        memory_format=torch.channels_last,
+        seed=7,
+    )
     nchw = dataclasses.replace(spec, variant=dataclasses.replace(spec.variant, channels_last=False))
     assert worker.loader_request(nchw, info).memory_format == torch.contiguous_format
 

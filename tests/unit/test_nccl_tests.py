@@ -39,8 +39,21 @@ def test_reads_the_out_of_place_figures_at_the_probe_size() -> None:
 
 def test_command_is_one_process_over_the_probe_gpus_at_its_size() -> None:
     argv = nccl_tests.argv(Path("/x/all_reduce_perf"), 100_000_002, 4, 20)
-    assert argv == ["/x/all_reduce_perf", "-b", "100000000", "-e", "100000000", "-g", "4",
-                    "-n", "20", "-w", "5", "-c", "1"]  # fmt: skip
+    assert argv == [
+        "/x/all_reduce_perf",
+        "-b",
+        "100000000",
+        "-e",
+        "100000000",
+        "-g",
+        "4",
+        "-n",
+        "20",
+        "-w",
+        "5",
+        "-c",
+        "1",
+    ]
 
 
 def executable(path: Path) -> Path:
@@ -72,8 +85,25 @@ def test_a_failing_run_is_a_note_not_a_figure(tmp_path: Path) -> None:
 
 def probe_row(device: str, hosts: tuple[HostSlots, ...]) -> tuple[ProbeRow, ProbeSpec]:
     spec = ProbeSpec("s", "allreduce-n2", hosts, 100_000_000, 20, device, 1)
-    row = ProbeRow("s", "allreduce-n2", "ok", "", "t", 2, len(hosts), 2, "localhost:2", device,
-                   "nccl", "", 100_000_000, 20, 0.001, 100.0, 100.0)  # fmt: skip
+    row = ProbeRow(
+        "s",
+        "allreduce-n2",
+        "ok",
+        "",
+        "t",
+        2,
+        len(hosts),
+        2,
+        "localhost:2",
+        device,
+        "nccl",
+        "",
+        100_000_000,
+        20,
+        0.001,
+        100.0,
+        100.0,
+    )
     return row, spec
 
 

@@ -27,8 +27,13 @@ def test_setuptools_reads_pyproject_without_warnings() -> None:
         "print(json.dumps({'warnings': [str(w.message) for w in caught],\n"
         "                  'license': dist.metadata.license_expression}))\n"
     )
-    done = subprocess.run([sys.executable, "-c", "import json\n" + script], cwd=ROOT,
-                          capture_output=True, text=True, check=True)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", "import json\n" + script],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result == {"warnings": [], "license": "Apache-2.0"}
 

@@ -79,10 +79,22 @@ def test_plan_order_ids_and_knobs() -> None:
 
 def test_plan_crosses_variants() -> None:
     config = config_for(
-        ["--precision", "fp32,amp-bf16", "--memory-format", "nchw,channels_last",
-         "--compile", "off,on", "--launchers", "ddp", "--gpus", "1", "--repeats", "1"],
+        [
+            "--precision",
+            "fp32,amp-bf16",
+            "--memory-format",
+            "nchw,channels_last",
+            "--compile",
+            "off,on",
+            "--launchers",
+            "ddp",
+            "--gpus",
+            "1",
+            "--repeats",
+            "1",
+        ],
         gpu_machine(),
-    )  # fmt: skip
+    )
     labels = [s.variant.label for s in plan_sweep(config, "s", local_placement(1), 32)]
     assert len(labels) == 8 and len(set(labels)) == 8
     assert "amp-bf16-channels_last-compile" in labels

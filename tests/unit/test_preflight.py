@@ -41,8 +41,13 @@ def test_out_on_a_read_only_file_system_is_refused_before_launch(tmp_path: Path)
         f"print(preflight.out_problem({str(mount / 'results')!r}))\n"
     )
     script = f'mount -t tmpfs -o ro tmpfs {mount} && exec {sys.executable} -c "$0"'
-    done = subprocess.run(["unshare", "-rm", "sh", "-c", script, code], cwd=REPO,
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    done = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", script, code],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     if done.returncode != 0 and "mount" in done.stderr + done.stdout:
         pytest.skip(f"no mount namespace here: {done.stderr.strip()}")
     assert (
@@ -85,8 +90,9 @@ def test_slurm_tools_must_be_on_path(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 
 def test_conflicting_flags_are_refused() -> None:
-    request = parse_request(["--no-probe", "--probe-mb", "10", "--global-batch", "64",
-                             "--batch-size", "8"])  # fmt: skip
+    request = parse_request(
+        ["--no-probe", "--probe-mb", "10", "--global-batch", "64", "--batch-size", "8"]
+    )
     assert request_problems(request) == [
         "--global-batch with --batch-size: --global-batch fixes the images per step (strong "
         "scaling); --batch-size fixes them per GPU (weak scaling): give one",

@@ -57,11 +57,17 @@ def test_published_figures_match_gpu_and_precision() -> None:
     assert a100 is not None
     tf32 = reference.published_for(a100, "tf32")
     assert {(p.gpus, p.images_per_s_per_gpu) for p in tf32} == {
-        (1, 1066.0), (8, 7397 / 8), (1, 938.0), (8, 906.0),
-    }  # fmt: skip
+        (1, 1066.0),
+        (8, 7397 / 8),
+        (1, 938.0),
+        (8, 906.0),
+    }
     assert {p.images_per_s_per_gpu for p in reference.published_for(a100, "amp-fp16")} == {
-        1582.0, 11439 / 8, 2470.0, 16621 / 8,
-    }  # fmt: skip
+        1582.0,
+        11439 / 8,
+        2470.0,
+        16621 / 8,
+    }
     assert reference.published_for(a100, "fp32") == []
     assert all(p.url.startswith("https://") for p in reference.PUBLISHED)
     # the H100 PCIe's figures are not the SXM's
@@ -116,8 +122,13 @@ def test_summarise_and_merge_telemetry() -> None:
         "temperature_c_max": 70.0,
         "throttle_reasons": ["sw_power_cap"],
     }
-    other = {**summary, "sm_clock_mhz_mean": 1790.0, "sm_clock_mhz_min": 1700.0,
-             "temperature_c_max": 75.0, "throttle_reasons": ["hw_slowdown"]}  # fmt: skip
+    other = {
+        **summary,
+        "sm_clock_mhz_mean": 1790.0,
+        "sm_clock_mhz_min": 1700.0,
+        "temperature_c_max": 75.0,
+        "throttle_reasons": ["hw_slowdown"],
+    }
     merged = telemetry.merge_telemetry([summary, other, {}])
     assert merged["sm_clock_mhz_mean"] == 1840.0 and merged["sm_clock_mhz_min"] == 1700.0
     assert merged["temperature_c_max"] == 75.0
@@ -130,8 +141,13 @@ def test_sampler_without_a_gpu_records_nothing() -> None:
 
 
 def test_relevant_environment() -> None:
-    env = {"NCCL_IB_HCA": "mlx5", "GLOO_SOCKET_IFNAME": "eth0", "HOME": "/root",
-           "CUDA_VISIBLE_DEVICES": "0,1", "PATH": "/bin"}  # fmt: skip
+    env = {
+        "NCCL_IB_HCA": "mlx5",
+        "GLOO_SOCKET_IFNAME": "eth0",
+        "HOME": "/root",
+        "CUDA_VISIBLE_DEVICES": "0,1",
+        "PATH": "/bin",
+    }
     assert sysinfo.relevant_environment(env) == {
         "CUDA_VISIBLE_DEVICES": "0,1",
         "GLOO_SOCKET_IFNAME": "eth0",

@@ -22,10 +22,17 @@ DDP_ROWS = [
     run_row(run_id=f"ddp-n1-r{i}", repeat=i, throughput=t, step_time_median_s=0.08)
     for i, t in enumerate([100.0, 110.0, 90.0])
 ] + [
-    run_row(run_id=f"ddp-n2-r{i}", repeat=i, gpus=2, gpus_per_node=2, global_batch=16,
-            throughput=t, step_time_median_s=0.09)
+    run_row(
+        run_id=f"ddp-n2-r{i}",
+        repeat=i,
+        gpus=2,
+        gpus_per_node=2,
+        global_batch=16,
+        throughput=t,
+        step_time_median_s=0.09,
+    )
     for i, t in enumerate([190.0, 180.0, 200.0])
-]  # fmt: skip
+]
 FAILED = with_status(
     run_row(run_id="ddp-n2-r3", repeat=3, gpus=2, global_batch=16), "failed", "exitcode : 3"
 )
@@ -38,26 +45,59 @@ SHARED = [
     run_row(run_id=f"n1-r{i}", repeat=i, throughput=t, step_time_median_s=0.125)
     for i, t in enumerate([64.0, 62.0, 66.0])
 ] + [
-    run_row(run_id=f"n2-r{i}", repeat=i, gpus=2, gpus_per_node=2, global_batch=16,
-            threads_per_rank=1, throughput=t, step_time_median_s=0.27)
+    run_row(
+        run_id=f"n2-r{i}",
+        repeat=i,
+        gpus=2,
+        gpus_per_node=2,
+        global_batch=16,
+        threads_per_rank=1,
+        throughput=t,
+        step_time_median_s=0.27,
+    )
     for i, t in enumerate([60.0, 58.0, 62.0])
-]  # fmt: skip
+]
 META = {
-    "sweep_id": "s1", "state": "complete", "started_at": "t", "elapsed_s": 60.0,
-    "config": {"device": "cpu", "model": "resnet50", "batch_size": 8, "image_size": 32,
-               "data": "synthetic", "warmup_steps": 2, "steps": 8, "repeats": 3,
-               "dataset_size": 1_281_167, "claim": [[1, 560.0], [4, 148.0]]},
+    "sweep_id": "s1",
+    "state": "complete",
+    "started_at": "t",
+    "elapsed_s": 60.0,
+    "config": {
+        "device": "cpu",
+        "model": "resnet50",
+        "batch_size": 8,
+        "image_size": 32,
+        "data": "synthetic",
+        "warmup_steps": 2,
+        "steps": 8,
+        "repeats": 3,
+        "dataset_size": 1_281_167,
+        "claim": [[1, 560.0], [4, 148.0]],
+    },
     "system": {"host": "vm"},
-}  # fmt: skip
+}
 
 
 def probe(gpus: int, algbw_gbps: float) -> ProbeRow:
     return ProbeRow(
-        sweep_id="s", probe_id=f"allreduce-n{gpus}", status="ok", error="", started_at="t",
-        gpus=gpus, nodes=1, gpus_per_node=gpus, hosts=f"localhost:{gpus}", device="cpu",
-        backend="gloo", interconnect="loopback (gloo)", nbytes=100_000_000, iterations=5,
-        time_s=0.1, algbw_gbps=algbw_gbps, busbw_gbps=algbw_gbps,
-    )  # fmt: skip
+        sweep_id="s",
+        probe_id=f"allreduce-n{gpus}",
+        status="ok",
+        error="",
+        started_at="t",
+        gpus=gpus,
+        nodes=1,
+        gpus_per_node=gpus,
+        hosts=f"localhost:{gpus}",
+        device="cpu",
+        backend="gloo",
+        interconnect="loopback (gloo)",
+        nbytes=100_000_000,
+        iterations=5,
+        time_s=0.1,
+        algbw_gbps=algbw_gbps,
+        busbw_gbps=algbw_gbps,
+    )
 
 
 def test_summary_of_known_rows() -> None:
@@ -175,8 +215,15 @@ def test_unexplained_gap_is_called_unexplained() -> None:
 
 def test_measured_causes() -> None:
     base = [run_row(throughput=t) for t in (100.0, 101.0)]
-    starved = [run_row(gpus=4, throughput=300.0, data_wait_fraction=0.2, rank_imbalance=0.3,
-                       throttle_reasons="gpu_idle,sw_power_cap")]  # fmt: skip
+    starved = [
+        run_row(
+            gpus=4,
+            throughput=300.0,
+            data_wait_fraction=0.2,
+            rank_imbalance=0.3,
+            throttle_reasons="gpu_idle,sw_power_cap",
+        )
+    ]
     notes = diagnosis.observations(report.summarise([*base, *starved], []), [*base, *starved])
     text = "\n".join(notes)
     assert "no allreduce probe was measured" in text
@@ -222,17 +269,29 @@ def test_flag_img_per_s_that_contradicts_the_median_step() -> None:
 
 
 def test_flag_results_above_the_flop_bound() -> None:
-    gpu = {"device": "cuda", "device_name": "NVIDIA H100 80GB HBM3", "precision": "amp-bf16",
-           "variant": "amp-bf16-nchw", "image_size": 224}  # fmt: skip
-    rows = [run_row(run_id="a", throughput=2500.0, **gpu),
-            run_row(run_id="b", gpus=2, throughput=100_000.0, **gpu)]  # fmt: skip
+    gpu = {
+        "device": "cuda",
+        "device_name": "NVIDIA H100 80GB HBM3",
+        "precision": "amp-bf16",
+        "variant": "amp-bf16-nchw",
+        "image_size": 224,
+    }
+    rows = [
+        run_row(run_id="a", throughput=2500.0, **gpu),
+        run_row(run_id="b", gpus=2, throughput=100_000.0, **gpu),
+    ]
     assert "above the FLOP bound of 40,220: a measurement bug" in flag_text(rows)
     assert "FLOP bound" not in flag_text(rows[:1])
 
 
 def test_reference_section_on_a_gpu_flags_impossible_results() -> None:
-    gpu = {"device": "cuda", "device_name": "NVIDIA H100 80GB HBM3", "precision": "amp-bf16",
-           "variant": "amp-bf16-nchw", "image_size": 224}  # fmt: skip
+    gpu = {
+        "device": "cuda",
+        "device_name": "NVIDIA H100 80GB HBM3",
+        "precision": "amp-bf16",
+        "variant": "amp-bf16-nchw",
+        "image_size": 224,
+    }
     rows = [
         run_row(run_id="a", throughput=2500.0, **gpu),
         run_row(run_id="b", gpus=2, throughput=100_000.0, **gpu),  # 50k per GPU > 40.2k bound

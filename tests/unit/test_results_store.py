@@ -26,8 +26,11 @@ META = {"sweep_id": "s1", "config": {"device": "cpu"}, "state": "running"}
 def sweep_with_rows(directory: Path) -> list[RunRow]:
     store = ResultStore(directory)
     store.create(META)
-    rows = [run_row(run_id="a"), with_status(run_row(run_id="b"), "failed", "RuntimeError: x\ny"),
-            with_status(run_row(run_id="c"), "interrupted")]  # fmt: skip
+    rows = [
+        run_row(run_id="a"),
+        with_status(run_row(run_id="b"), "failed", "RuntimeError: x\ny"),
+        with_status(run_row(run_id="c"), "interrupted"),
+    ]
     for row in rows:
         store.runs.append(row)
     return rows
@@ -131,11 +134,16 @@ def test_a_live_controller_s_lock_refuses_a_second_one(tmp_path: Path) -> None:
 
 
 def test_a_dead_controller_s_lock_is_taken_over(tmp_path: Path) -> None:
-    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True, check=True)  # fmt: skip
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     holder = sweep_lock.this_controller()
-    stale = sweep_lock.Holder(int(gone.stdout), holder.host, "2026-11-24T00:00:00+00:00",
-                              12345, "python -m bench.scaling")  # fmt: skip
+    stale = sweep_lock.Holder(
+        int(gone.stdout), holder.host, "2026-11-24T00:00:00+00:00", 12345, "python -m bench.scaling"
+    )
     (tmp_path / sweep_lock.LOCK_NAME).write_text(json.dumps(stale.__dict__))
     notes: list[str] = []
     lock = sweep_lock.acquire(tmp_path, notes)

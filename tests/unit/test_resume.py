@@ -32,9 +32,15 @@ def saved_sweep(directory: Path, sweep_id: str, cluster: ClusterConfig | None = 
     ResultStore(directory).create({"sweep_id": sweep_id, "config": config.to_dict()})
 
 
-CLUSTER = ClusterConfig(hosts=(("gpu01", 8), ("gpu02", 8)), node_counts=(1, 2),
-                        gpus_per_node=(8,), ssh_port=2222, ssh_user="u",
-                        remote_python="/venv/bin/python", remote_workdir="/srv/bench")  # fmt: skip
+CLUSTER = ClusterConfig(
+    hosts=(("gpu01", 8), ("gpu02", 8)),
+    node_counts=(1, 2),
+    gpus_per_node=(8,),
+    ssh_port=2222,
+    ssh_user="u",
+    remote_python="/venv/bin/python",
+    remote_workdir="/srv/bench",
+)
 QUICK = StopPolicy(grace_s=0.5)
 
 
@@ -72,8 +78,9 @@ def test_resume_stops_what_an_earlier_controller_left_and_takes_the_lock(
     code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)"
     env = {**os.environ, SWEEP_TAG_VAR: sweep_id}
     left = subprocess.Popen([sys.executable, "-c", code], env=env)
-    other = subprocess.Popen([sys.executable, "-c", code],
-                             env={**os.environ, SWEEP_TAG_VAR: sweep_id + "-other"})  # fmt: skip
+    other = subprocess.Popen(
+        [sys.executable, "-c", code], env={**os.environ, SWEEP_TAG_VAR: sweep_id + "-other"}
+    )
     try:
         argv = ["--resume", str(tmp_path / "s")]
         saved = open_saved(parse_request(argv), argv, StopPolicy(grace_s=0.5))

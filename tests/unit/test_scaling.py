@@ -73,8 +73,11 @@ def test_help_documents_the_exit_codes() -> None:
 def test_an_argparse_error_leads_with_the_problem() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "bench.scaling", "--precision", "fp64"],
-        cwd=REPO, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2
     lines = done.stderr.splitlines()
     assert "error: argument --precision" in lines[0] and "fp64" in lines[0]
@@ -91,8 +94,9 @@ def heavy_modules_after(argv: list[str]) -> subprocess.CompletedProcess[str]:
         "heavy = sorted(m for m in heavy if m in sys.modules)\n"
         "print(status, heavy)\n"
     )
-    return subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
-                          text=True, timeout=120)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
 
 
 @pytest.mark.parametrize(
@@ -114,14 +118,30 @@ def test_every_problem_is_listed_in_one_pass(tmp_path: Path) -> None:
     # a value out of range, a conflict, an unusable --out and a machine-dependent problem
     # (more ranks than the CPU has cores) in one refusal, not one wave after another
     (tmp_path / "file").write_text("")
-    argv = ["--steps", "0", "--gpus", "4096", "--out", str(tmp_path / "file" / "results"),
-            "--global-batch", "64", "--batch-size", "8", "--model", "resnet5O"]  # fmt: skip
+    argv = [
+        "--steps",
+        "0",
+        "--gpus",
+        "4096",
+        "--out",
+        str(tmp_path / "file" / "results"),
+        "--global-batch",
+        "64",
+        "--batch-size",
+        "8",
+        "--model",
+        "resnet5O",
+    ]
     done = heavy_modules_after(argv)
     assert done.stdout.startswith("2 "), done.stdout + done.stderr
     problems = [line for line in done.stderr.splitlines() if line.startswith("  - ")]
-    expected = ["--steps must be >= 1", "--global-batch with --batch-size",
-                f"lies under {tmp_path / 'file'}, which is a plain file",
-                "--gpus: 4096 requested", "--model: unknown"]  # fmt: skip
+    expected = [
+        "--steps must be >= 1",
+        "--global-batch with --batch-size",
+        f"lies under {tmp_path / 'file'}, which is a plain file",
+        "--gpus: 4096 requested",
+        "--model: unknown",
+    ]
     for text in expected:
         assert sum(text in p for p in problems) == 1, (text, done.stderr)
     assert "Traceback" not in done.stderr
@@ -154,8 +174,17 @@ def test_exit_status_says_whether_every_run_was_measured(
     monkeypatch.setattr(stages.models, "available_models", lambda: MODELS)
     monkeypatch.setattr(stages, "collect_system_info", lambda env: {"host": "vm"})
     monkeypatch.setattr(stages, "choose_launcher", lambda sweep, nodes: Outcome(timed_out))
-    argv = ["--out", str(tmp_path), "--launchers", "ddp", "--repeats", "1", "--timeout", "3",
-            "--no-progress"]  # fmt: skip
+    argv = [
+        "--out",
+        str(tmp_path),
+        "--launchers",
+        "ddp",
+        "--repeats",
+        "1",
+        "--timeout",
+        "3",
+        "--no-progress",
+    ]
     assert scaling.main(argv) == expected
     (directory,) = tmp_path.iterdir()
     rows = stages.ResultStore(directory).runs.rows()

@@ -19,13 +19,36 @@ def test_run_columns_cover_placement_and_every_knob() -> None:
     names = columns(RunRow)
     assert len(names) == len(set(names))
     for column in (
-        "nodes", "gpus_per_node", "hosts", "interconnect", "backend", "device_name",
-        "batch_per_gpu", "global_batch", "scaling", "precision", "channels_last", "compile",
-        "bucket_cap_mb", "static_graph", "gradient_as_bucket_view", "broadcast_buffers",
-        "fp16_allreduce", "data", "loader_workers", "threads_per_rank", "warmup_steps",
-        "timed_steps", "throughput", "window_s", "data_wait_s", "status", "error",
-        "throttle_reasons", "sm_clock_mhz_mean",
-    ):  # fmt: skip
+        "nodes",
+        "gpus_per_node",
+        "hosts",
+        "interconnect",
+        "backend",
+        "device_name",
+        "batch_per_gpu",
+        "global_batch",
+        "scaling",
+        "precision",
+        "channels_last",
+        "compile",
+        "bucket_cap_mb",
+        "static_graph",
+        "gradient_as_bucket_view",
+        "broadcast_buffers",
+        "fp16_allreduce",
+        "data",
+        "loader_workers",
+        "threads_per_rank",
+        "warmup_steps",
+        "timed_steps",
+        "throughput",
+        "window_s",
+        "data_wait_s",
+        "status",
+        "error",
+        "throttle_reasons",
+        "sm_clock_mhz_mean",
+    ):
         assert column in names
 
 

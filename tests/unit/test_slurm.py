@@ -42,8 +42,12 @@ REPO = Path(__file__).resolve().parents[2]
 SPEC_ARG = "eyJhIjogMX0="
 
 
-def make_launch(launcher: str = "ddp", nodes: int = 2, ranks_per_node: int = 2,
-                launch_id: str = "ddp-n4-fp32-r0") -> Launch:  # fmt: skip
+def make_launch(
+    launcher: str = "ddp",
+    nodes: int = 2,
+    ranks_per_node: int = 2,
+    launch_id: str = "ddp-n4-fp32-r0",
+) -> Launch:
     placement = tuple(HostSlots(f"slurm-node{i + 1}", ranks_per_node) for i in range(nodes))
     return Launch(launch_id, launcher, WORKER_MODULE, ("--spec", SPEC_ARG), placement, 1, "cpu")
 
@@ -66,18 +70,29 @@ def test_allocation_asks_for_whole_nodes_and_a_time_limit() -> None:
     run = make_run()
     assert run.time_limit_min == 8  # (300 s run + 180 s startup) / 60, rounded up
     assert allocation_args(run, SlurmOptions()) == [
-        "--job-name=bench-ddp-n4-fp32-r0", "--nodes=2", "--ntasks-per-node=1", "--time=8",
+        "--job-name=bench-ddp-n4-fp32-r0",
+        "--nodes=2",
+        "--ntasks-per-node=1",
+        "--time=8",
         "--exclusive",
-    ]  # fmt: skip
+    ]
     gpu = allocation_args(
         make_run(make_launch(ranks_per_node=8), gpu=True),
-        SlurmOptions(partition="a100", account="ml", qos="bench", exclusive=False,
-                     extra_args=("--reservation=maint",)),
-    )  # fmt: skip
+        SlurmOptions(
+            partition="a100",
+            account="ml",
+            qos="bench",
+            exclusive=False,
+            extra_args=("--reservation=maint",),
+        ),
+    )
     assert gpu[-5:] == [
-        "--gpus-per-node=8", "--partition=a100", "--account=ml", "--qos=bench",
+        "--gpus-per-node=8",
+        "--partition=a100",
+        "--account=ml",
+        "--qos=bench",
         "--reservation=maint",
-    ]  # fmt: skip
+    ]
     assert "--exclusive" not in gpu
 
 
@@ -183,8 +198,12 @@ def survey(node, torch):
 def run_script(tmp_path: Path, run: SlurmRun, extra_env: dict[str, str] | None = None):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
-    for name, text in (("scontrol", STANDIN_SCONTROL), ("srun", STANDIN_SRUN),
-                       ("python", STANDIN_PYTHON), ("horovodrun", STANDIN_HOROVODRUN)):  # fmt: skip
+    for name, text in (
+        ("scontrol", STANDIN_SCONTROL),
+        ("srun", STANDIN_SRUN),
+        ("python", STANDIN_PYTHON),
+        ("horovodrun", STANDIN_HOROVODRUN),
+    ):
         (bin_dir / name).write_text(text.replace("{python}", sys.executable))
         (bin_dir / name).chmod(0o755)
     (tmp_path / "recorder.py").write_text(RECORDER)
@@ -222,10 +241,16 @@ def test_ddp_job_runs_exactly_the_builders_torchrun_on_every_node(tmp_path: Path
     for call, (name, is_host) in zip(calls, (("nodeA", "1"), ("nodeB", "0")), strict=True):
         # the builder's argv, with what the job script filled in on the node
         assert call["argv"] == torchrun_argv(
-            run.tools.python, nnodes=2, nproc_per_node=2, endpoint="nodeA:29400",
-            rdzv_id="ddp-n4-fp32-r0", module=WORKER_MODULE, args=["--spec", SPEC_ARG],
-            is_host=is_host, local_addr=f"addr-{name}",
-        )  # fmt: skip
+            run.tools.python,
+            nnodes=2,
+            nproc_per_node=2,
+            endpoint="nodeA:29400",
+            rdzv_id="ddp-n4-fp32-r0",
+            module=WORKER_MODULE,
+            args=["--spec", SPEC_ARG],
+            is_host=is_host,
+            local_addr=f"addr-{name}",
+        )
         assert call["gloo_ifname"] == f"if-{name}"
         assert call["run"] == "ddp-n4-fp32-r0"
         assert call["odd"] == "a b'c"
@@ -247,9 +272,10 @@ def test_mismatched_nodes_stop_the_job_before_launch(tmp_path: Path) -> None:
 
 def test_horovod_job_runs_exactly_the_builders_horovodrun(tmp_path: Path) -> None:
     run = standin_run(
-        tmp_path, make_launch("horovod"),
+        tmp_path,
+        make_launch("horovod"),
         ssh=SshOptions(port=2213, identity_file="/home/u/.ssh/bench key"),
-    )  # fmt: skip
+    )
     script = job_script(run, SlurmOptions())
     assert "--components torch,horovod" in script
     assert shell_join(job_horovodrun_argv(run), JOB_VARIABLES) in script
@@ -258,11 +284,26 @@ def test_horovod_job_runs_exactly_the_builders_horovodrun(tmp_path: Path) -> Non
     (call,) = calls
     assert call["tool"] == "horovodrun"
     assert call["argv"] == [
-        run.tools.horovodrun, "-np", "4", "-H", "nodeA:2,nodeB:2", "--gloo",
-        "--start-timeout", "300", "--network-interfaces", "if-nodeA,if-nodeB", "-p", "2213",
-        "--ssh-identity-file", "/home/u/.ssh/bench key",
-        run.tools.python, "-m", WORKER_MODULE, "--spec", SPEC_ARG,
-    ]  # fmt: skip
+        run.tools.horovodrun,
+        "-np",
+        "4",
+        "-H",
+        "nodeA:2,nodeB:2",
+        "--gloo",
+        "--start-timeout",
+        "300",
+        "--network-interfaces",
+        "if-nodeA,if-nodeB",
+        "-p",
+        "2213",
+        "--ssh-identity-file",
+        "/home/u/.ssh/bench key",
+        run.tools.python,
+        "-m",
+        WORKER_MODULE,
+        "--spec",
+        SPEC_ARG,
+    ]
     assert call["run"] == "ddp-n4-fp32-r0"
 
 
@@ -303,10 +344,16 @@ def test_scontrol_record() -> None:
 
 def slurm_launcher(device: str = "cpu") -> SlurmLauncher:
     cluster = ClusterConfig(
-        hosts=(), node_counts=(2,), gpus_per_node=(4,), slurm=True, ssh_port=2213,
-        remote_python="/env/bin/python", remote_workdir="/srv/bench", slurm_partition="gpu",
+        hosts=(),
+        node_counts=(2,),
+        gpus_per_node=(4,),
+        slurm=True,
+        ssh_port=2213,
+        remote_python="/env/bin/python",
+        remote_workdir="/srv/bench",
+        slurm_partition="gpu",
         slurm_args=("--qos=bench",),
-    )  # fmt: skip
+    )
     return SlurmLauncher(cluster, device)
 
 
@@ -320,8 +367,11 @@ def test_a_ddp_launch_becomes_a_two_node_job(tmp_path: Path) -> None:
     assert (run.tools.python, run.workdir) == ("/env/bin/python", "/srv/bench")
     assert run.run_dir == str(tmp_path / "slurm")
     assert allocation_args(run, launcher.options)[-4:] == [
-        "--gpus-per-node=4", "--exclusive", "--partition=gpu", "--qos=bench",
-    ]  # fmt: skip
+        "--gpus-per-node=4",
+        "--exclusive",
+        "--partition=gpu",
+        "--qos=bench",
+    ]
 
 
 def test_a_horovod_launch_becomes_a_job_running_horovodrun(tmp_path: Path) -> None:

@@ -83,8 +83,9 @@ def test_squeue_failing_is_an_error_naming_the_command(
     assert fake.calls() == []  # nothing cancelled blindly
 
 
-SLURM = ClusterConfig(hosts=(("slurm-node1", 1), ("slurm-node2", 1)), node_counts=(2,),
-                      gpus_per_node=(1,), slurm=True)  # fmt: skip
+SLURM = ClusterConfig(
+    hosts=(("slurm-node1", 1), ("slurm-node2", 1)), node_counts=(2,), gpus_per_node=(1,), slurm=True
+)
 
 
 def saved_slurm_sweep(directory: Path, sweep_id: str) -> None:

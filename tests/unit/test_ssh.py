@@ -73,18 +73,28 @@ def test_ssh_never_prompts_and_fails_fast() -> None:
 
 def test_ssh_options_for_a_fleet() -> None:
     options = SshOptions(
-        user="ubuntu", port=2222, identity_file="/k/id", known_hosts_file="/k/known",
-        host_key_checking="yes", connect_timeout_s=3, config_file="/k/config",
+        user="ubuntu",
+        port=2222,
+        identity_file="/k/id",
+        known_hosts_file="/k/known",
+        host_key_checking="yes",
+        connect_timeout_s=3,
+        config_file="/k/config",
         extra_options=("Ciphers=aes128-gcm@openssh.com",),
-    )  # fmt: skip
+    )
     argv = ssh_argv("node1", "echo hi", options)
     assert argv[:3] == ["ssh", "-F", "/k/config"]
     joined = " ".join(argv)
     for expected in (
-        "-o StrictHostKeyChecking=yes", "-o UserKnownHostsFile=/k/known", "-i /k/id",
-        "-o IdentitiesOnly=yes", "-o User=ubuntu", "-o ConnectTimeout=3",
-        "-o Ciphers=aes128-gcm@openssh.com", "-p 2222",
-    ):  # fmt: skip
+        "-o StrictHostKeyChecking=yes",
+        "-o UserKnownHostsFile=/k/known",
+        "-i /k/id",
+        "-o IdentitiesOnly=yes",
+        "-o User=ubuntu",
+        "-o ConnectTimeout=3",
+        "-o Ciphers=aes128-gcm@openssh.com",
+        "-p 2222",
+    ):
         assert expected in joined
     assert argv[-3:] == ["node1", "--", "sh -c 'echo hi'"]
 
@@ -100,8 +110,15 @@ def test_bad_ssh_options_are_refused(kwargs: dict) -> None:
 
 def test_remote_command_survives_the_remote_shell_intact(tmp_path: Path) -> None:
     """What ssh hands to the login shell reproduces argv, env and cwd exactly."""
-    argv = [sys.executable, "-c", "import os,sys,json; print(json.dumps([sys.argv[1:], "
-            "os.environ['ODD'], os.getcwd()]))", "a b", "it's", "$HOME", '"q"']  # fmt: skip
+    argv = [
+        sys.executable,
+        "-c",
+        "import os,sys,json; print(json.dumps([sys.argv[1:], os.environ['ODD'], os.getcwd()]))",
+        "a b",
+        "it's",
+        "$HOME",
+        '"q"',
+    ]
     line = shell_command(argv, {"ODD": "x y;$(true)"}, str(tmp_path))
     login_shell_input = ssh_argv("somehost", line, SshOptions())[-1]
     done = subprocess.run(["sh", "-c", login_shell_input], capture_output=True, text=True)
@@ -155,16 +172,27 @@ def test_unreachable_hosts_are_named_with_ssh_reason() -> None:
 
 def ssh_launcher(**overrides: object) -> SshLauncher:
     fields: dict[str, object] = {
-        "hosts": (("gpu01", 8), ("gpu02", 8)), "node_counts": (1, 2), "gpus_per_node": (8,),
-        "ssh_port": 2222, "ssh_identity_file": "/home/u/.ssh/bench", "ssh_user": "u",
-        "remote_python": PY, "remote_workdir": "/srv/bench",
-    }  # fmt: skip
+        "hosts": (("gpu01", 8), ("gpu02", 8)),
+        "node_counts": (1, 2),
+        "gpus_per_node": (8,),
+        "ssh_port": 2222,
+        "ssh_identity_file": "/home/u/.ssh/bench",
+        "ssh_user": "u",
+        "remote_python": PY,
+        "remote_workdir": "/srv/bench",
+    }
     fields.update(overrides)
     forwarded_and_not = {"NCCL_IB_HCA": "mlx5", "HOME": "/x"}
     launcher = SshLauncher(ClusterConfig(**fields), environ=forwarded_and_not)  # type: ignore[arg-type]
-    gpu_stack = {"gpus": 8, "gpu_name": "NVIDIA H100", "gpu_capability": [9, 0],
-                 "horovod": "0.28.1", "nccl": "2.21.5", "driver": "550.54.15",
-                 "driver_branch": "550"}  # fmt: skip
+    gpu_stack = {
+        "gpus": 8,
+        "gpu_name": "NVIDIA H100",
+        "gpu_capability": [9, 0],
+        "horovod": "0.28.1",
+        "nccl": "2.21.5",
+        "driver": "550.54.15",
+        "driver_branch": "550",
+    }
     launcher.infos = {
         "gpu01": node("gpu01", address="10.0.0.1", interface="ens5", cores=64, **gpu_stack),
         "gpu02": node("gpu02", address="10.0.0.2", interface="ens6", cores=32, **gpu_stack),
@@ -187,17 +215,25 @@ def test_each_node_advertises_its_address_and_only_the_first_hosts_the_store() -
     assert (first.host, second.host) == ("gpu01", "gpu02")
     for index, (command, address) in enumerate(((first, "10.0.0.1"), (second, "10.0.0.2"))):
         assert list(command.argv) == torchrun_argv(
-            PY, nnodes=2, nproc_per_node=8, endpoint="gpu01:29400", rdzv_id=ddp.run_id,
-            module="bench.rank.worker", args=["--spec", ddp.encode()], is_host=index == 0,
-            local_addr=address, log_dir=f"{REMOTE_SCRATCH}/gsb-t1/{command.host}",
-        )  # fmt: skip
+            PY,
+            nnodes=2,
+            nproc_per_node=8,
+            endpoint="gpu01:29400",
+            rdzv_id=ddp.run_id,
+            module="bench.rank.worker",
+            args=["--spec", ddp.encode()],
+            is_host=index == 0,
+            local_addr=address,
+            log_dir=f"{REMOTE_SCRATCH}/gsb-t1/{command.host}",
+        )
     assert second.env["GLOO_SOCKET_IFNAME"] == "ens6" and second.env["PYTHONPATH"] == "/srv/bench"
     assert second.env["OMP_NUM_THREADS"] == "1"
     # building twice builds the same thing: the log directory comes from the launch's tag
     assert launcher.commands(launch_of(ddp), "gsb-t1") == [first, second]
     assert launcher.rank_log_dirs(launch_of(ddp), "gsb-t1") == {
-        "gpu01": f"{REMOTE_SCRATCH}/gsb-t1/gpu01", "gpu02": f"{REMOTE_SCRATCH}/gsb-t1/gpu02",
-    }  # fmt: skip
+        "gpu01": f"{REMOTE_SCRATCH}/gsb-t1/gpu01",
+        "gpu02": f"{REMOTE_SCRATCH}/gsb-t1/gpu02",
+    }
     assert launcher.tools.python == PY and launcher.tools.horovodrun == "/venv/bin/horovodrun"
 
 
@@ -208,11 +244,26 @@ def test_horovodrun_gets_the_ssh_port_key_and_interfaces() -> None:
     (hvd,) = launcher.commands(launch_of(horovod), "gsb-t2")
     assert hvd.host == "gpu01"
     assert list(hvd.argv) == [
-        "/venv/bin/horovodrun", "-np", "16", "-H", "gpu01:8,gpu02:8", "--gloo",
-        "--start-timeout", "300", "--network-interfaces", "ens5,ens6", "-p", "2222",
-        "--ssh-identity-file", "/home/u/.ssh/bench", PY, "-m", "bench.rank.worker",
-        "--spec", horovod.encode(),
-    ]  # fmt: skip
+        "/venv/bin/horovodrun",
+        "-np",
+        "16",
+        "-H",
+        "gpu01:8,gpu02:8",
+        "--gloo",
+        "--start-timeout",
+        "300",
+        "--network-interfaces",
+        "ens5,ens6",
+        "-p",
+        "2222",
+        "--ssh-identity-file",
+        "/home/u/.ssh/bench",
+        PY,
+        "-m",
+        "bench.rank.worker",
+        "--spec",
+        horovod.encode(),
+    ]
     assert hvd.env["PYTHONPATH"] == "/srv/bench"
     assert launcher.rank_log_dirs(launch_of(horovod), "gsb-t2") == {}
     bare = ssh_launcher(ssh_port=None, ssh_identity_file=None, network_interface="eth0")
@@ -225,8 +276,11 @@ def test_each_node_gets_its_interface_checkout_and_the_forwarded_settings() -> N
     launcher = ssh_launcher()
     launcher.check(["ddp"], "cuda")
     env = launcher.node_env(TWO)
-    assert env["gpu01"] == {"NCCL_IB_HCA": "mlx5", "PYTHONPATH": "/srv/bench",
-                            "NCCL_SOCKET_IFNAME": "ens5"}  # fmt: skip
+    assert env["gpu01"] == {
+        "NCCL_IB_HCA": "mlx5",
+        "PYTHONPATH": "/srv/bench",
+        "NCCL_SOCKET_IFNAME": "ens5",
+    }
     assert env["gpu02"]["NCCL_SOCKET_IFNAME"] == "ens6"
     assert launcher.interfaces_seen(TWO) == {"NCCL_SOCKET_IFNAME": "ens5,ens6"}
     pinned = ssh_launcher(network_interface="ib0")
@@ -272,9 +326,11 @@ def test_cleanup_kills_exactly_the_runs_processes() -> None:
         # A launcher whose child left its session, as torchrun's workers do.
         return subprocess.Popen(
             ["sh", "-c", "setsid sleep 300 & echo $!; exec sleep 300"],
-            env={**os.environ, RUN_TAG_VAR: tag}, stdout=subprocess.PIPE, text=True,
+            env={**os.environ, RUN_TAG_VAR: tag},
+            stdout=subprocess.PIPE,
+            text=True,
             start_new_session=True,
-        )  # fmt: skip
+        )
 
     ours, decoy = start("run-a"), start("run-b")
     assert ours.stdout and decoy.stdout
@@ -301,9 +357,14 @@ def test_a_failing_node_stops_the_others(tmp_path: Path) -> None:
         NodeCommand("localhost", ("sleep", "300")),
     ]
     result = run_on_nodes(
-        commands, SshOptions(), tag="gsb-unit-fail", timeout_s=60, log_dir=tmp_path,
-        failure_grace_s=0.5, policy=QUICK,
-    )  # fmt: skip
+        commands,
+        SshOptions(),
+        tag="gsb-unit-fail",
+        timeout_s=60,
+        log_dir=tmp_path,
+        failure_grace_s=0.5,
+        policy=QUICK,
+    )
     assert not result.ok and not result.timed_out
     failed, stopped = result.outcomes
     assert failed.returncode == 3 and not failed.stopped
@@ -318,9 +379,13 @@ def test_a_failing_node_stops_the_others(tmp_path: Path) -> None:
 def test_an_overrunning_run_times_out_on_every_node(tmp_path: Path) -> None:
     commands = [NodeCommand("localhost", ("sleep", "300"), {"X": "1"})]
     result = run_on_nodes(
-        commands, SshOptions(), tag="gsb-unit-timeout", timeout_s=0.5, log_dir=tmp_path,
+        commands,
+        SshOptions(),
+        tag="gsb-unit-timeout",
+        timeout_s=0.5,
+        log_dir=tmp_path,
         policy=QUICK,
-    )  # fmt: skip
+    )
     assert result.timed_out and not result.ok
     assert result.outcomes[0].timed_out
     assert "timed out" in result.failure_summary()
@@ -331,9 +396,13 @@ def test_an_overrun_is_stopped_on_the_node_with_the_common_policy(tmp_path: Path
     stubborn = "trap 'echo got TERM' TERM; while :; do sleep 0.1; done"
     commands = [NodeCommand("localhost", ("sh", "-c", stubborn))]
     result = run_on_nodes(
-        commands, SshOptions(), tag="gsb-unit-stubborn", timeout_s=1, log_dir=tmp_path,
+        commands,
+        SshOptions(),
+        tag="gsb-unit-stubborn",
+        timeout_s=1,
+        log_dir=tmp_path,
         policy=QUICK,
-    )  # fmt: skip
+    )
     assert result.timed_out
     assert result.cleanup["localhost"].startswith("killed after 2s grace: ")
     assert "got TERM" in result.outcomes[0].output()
@@ -344,9 +413,13 @@ def test_success_needs_no_cleanup(tmp_path: Path) -> None:
         NodeCommand("localhost", ("sh", "-c", 'echo "$X $GPUSTACK_BENCH_RUN $PWD"'), {"X": "1"})
     ]
     result = run_on_nodes(
-        commands, SshOptions(), tag="gsb-unit-ok", timeout_s=30, log_dir=tmp_path / "logs",
+        commands,
+        SshOptions(),
+        tag="gsb-unit-ok",
+        timeout_s=30,
+        log_dir=tmp_path / "logs",
         workdir=str(tmp_path),
-    )  # fmt: skip
+    )
     assert result.ok and result.cleanup == {}
     assert result.outcomes[0].output() == f"1 gsb-unit-ok {tmp_path}\n"
 
@@ -412,9 +485,14 @@ def test_rows_record_where_a_run_ran_and_the_interface_it_used(tmp_path: Path) -
     spec = next(s for s in plan_sweep(config, "s", (), 2) if s.placement == TWO)
     assert spec.run_id == "ddp-n16-N2-fp32-nchw-r0"
     failed = ExecResult(
-        1, False, 3.0, "bench: gpu02: exited with rc=1: RuntimeError: boom\n", tmp_path / "l",
-        environ={"GLOO_SOCKET_IFNAME": "ens5"}, hosts="gpu07:8,gpu09:8",
-    )  # fmt: skip
+        1,
+        False,
+        3.0,
+        "bench: gpu02: exited with rc=1: RuntimeError: boom\n",
+        tmp_path / "l",
+        environ={"GLOO_SOCKET_IFNAME": "ens5"},
+        hosts="gpu07:8,gpu09:8",
+    )
     row = rows.run_row(spec, failed, "t")
     assert (row.status, row.nodes, row.gpus_per_node, row.gpus) == ("failed", 2, 8, 16)
     assert row.hosts == "gpu07:8,gpu09:8"  # where Slurm put it, not the plan's stand-ins
@@ -428,11 +506,14 @@ def test_report_keeps_one_node_and_two_node_runs_of_equal_size_apart() -> None:
     rows = [
         run_row(throughput=100.0),
         run_row(run_id="ddp-n2-fp32-nchw-r0", gpus=2, gpus_per_node=2, throughput=190.0),
-        run_row(run_id="ddp-n2-N2-fp32-nchw-r0", gpus=2, nodes=2, hosts="a:1,b:1",
-                throughput=150.0),
-    ]  # fmt: skip
+        run_row(
+            run_id="ddp-n2-N2-fp32-nchw-r0", gpus=2, nodes=2, hosts="a:1,b:1", throughput=150.0
+        ),
+    ]
     points = report.summarise(rows, [])
     assert [(p.gpus, p.nodes, p.throughput) for p in points] == [
-        (1, 1, 100.0), (2, 1, 190.0), (2, 2, 150.0),
-    ]  # fmt: skip
+        (1, 1, 100.0),
+        (2, 1, 190.0),
+        (2, 2, 150.0),
+    ]
     assert [round(p.efficiency, 2) for p in points] == [1.0, 0.95, 0.75]

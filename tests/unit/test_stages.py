@@ -29,8 +29,12 @@ class FakeLauncher:
         if isinstance(spec, ProbeSpec):
             probe = spec
             self.launched.append(probe.probe_id)
-            payload = {"backend": "gloo", "world_size": probe.world_size, "time_s": 0.2,
-                       "nbytes": probe.nbytes}  # fmt: skip
+            payload = {
+                "backend": "gloo",
+                "world_size": probe.world_size,
+                "time_s": 0.2,
+                "nbytes": probe.nbytes,
+            }
             return ExecResult(0, False, 1.0, "\n".join(wire.encode(probe.probe_id, payload)), log)
         self.launched.append(spec.run_id)
         if spec.run_id == self.interrupt_at:
@@ -58,9 +62,12 @@ def test_sweep_stores_every_run_and_reports(tmp_path: Path, machine) -> None:  #
     assert stages.execute_sweep(sweep, progress=False, launcher=launcher) == "complete"
     # horovod is missing and was not asked for by name: its runs are rows, never launched
     assert launcher.launched == [
-        "allreduce-n2", "ddp-n1-fp32-nchw-r0", "ddp-n2-fp32-nchw-r0", "ddp-n1-fp32-nchw-r1",
+        "allreduce-n2",
+        "ddp-n1-fp32-nchw-r0",
+        "ddp-n2-fp32-nchw-r0",
+        "ddp-n1-fp32-nchw-r1",
         "ddp-n2-fp32-nchw-r1",
-    ]  # fmt: skip
+    ]
     rows = {r.run_id: r for r in sweep.store.runs.rows()}
     assert len(rows) == 8
     assert rows["horovod-n2-fp32-nchw-r1"].status == "unavailable"

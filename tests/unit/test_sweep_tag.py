@@ -31,8 +31,10 @@ def test_every_node_command_over_ssh_carries_the_sweep_tag() -> None:
     launcher = ssh_launcher()
     launcher.check(["ddp", "horovod"], "cpu")
     ddp, horovod = two_node_specs(launcher)  # planned for sweep "s"
-    commands = [*launcher.commands(launch_of(ddp), "gsb-t1"),
-                *launcher.commands(launch_of(horovod), "gsb-t2")]  # fmt: skip
+    commands = [
+        *launcher.commands(launch_of(ddp), "gsb-t1"),
+        *launcher.commands(launch_of(horovod), "gsb-t2"),
+    ]
     assert [c.host for c in commands] == ["gpu01", "gpu02", "gpu01"]
     for command in commands:
         assert command.env[SWEEP_TAG_VAR] == "s"

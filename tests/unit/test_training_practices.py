@@ -115,15 +115,20 @@ def test_profile_traces_the_steps_and_summarises_them(tmp_path: Path) -> None:
 
 
 def test_collectives_are_recognised_in_traces() -> None:
-    for name in ("ncclDevKernel_AllReduce_Sum_bf16_RING_LL", "gloo:all_reduce",
-                 "c10d::allreduce_", "nccl:all_reduce"):  # fmt: skip
+    for name in (
+        "ncclDevKernel_AllReduce_Sum_bf16_RING_LL",
+        "gloo:all_reduce",
+        "c10d::allreduce_",
+        "nccl:all_reduce",
+    ):
         assert is_communication(name)
     assert not is_communication("aten::convolution_backward")
 
 
 def test_plan_profiles_the_first_repeat_of_each_configuration() -> None:
-    config = config_for(["--gpus", "1,2", "--launchers", "ddp", "--repeats", "2", "--profile"],
-                        cpu_machine())  # fmt: skip
+    config = config_for(
+        ["--gpus", "1,2", "--launchers", "ddp", "--repeats", "2", "--profile"], cpu_machine()
+    )
     traced = {s.run_id: s.trace_path for s in plan_sweep(config, "s", local_placement(2), 2)}
     assert traced == {
         "ddp-n1-fp32-nchw-r0": "ddp-n1-fp32-nchw-r0.trace.json",
@@ -136,12 +141,26 @@ def test_plan_profiles_the_first_repeat_of_each_configuration() -> None:
 def test_report_appendix_lists_each_profile(tmp_path: Path) -> None:
     store = ResultStore(tmp_path)
     trace = tmp_path / "logs" / "ddp-n2-fp32-nchw-r0.trace.json"
-    store.write_profile("ddp-n2-fp32-nchw-r0", {
-        "trace": str(trace), "host": "vm", "steps": 5, "wall_s": 1.5,
-        "basis": "share of the GPU's kernel time", "communication_share": 0.25,
-        "top": [{"name": "ncclDevKernel_AllReduce", "ms_per_step": 3.0, "share": 0.25,
-                 "calls_per_step": 2.0, "communication": True}],
-    })  # fmt: skip
+    store.write_profile(
+        "ddp-n2-fp32-nchw-r0",
+        {
+            "trace": str(trace),
+            "host": "vm",
+            "steps": 5,
+            "wall_s": 1.5,
+            "basis": "share of the GPU's kernel time",
+            "communication_share": 0.25,
+            "top": [
+                {
+                    "name": "ncclDevKernel_AllReduce",
+                    "ms_per_step": 3.0,
+                    "share": 0.25,
+                    "calls_per_step": 2.0,
+                    "communication": True,
+                }
+            ],
+        },
+    )
     text = report.markdown({"config": {}}, [run_row()], [], store.profiles(), tmp_path)
     assert "## Appendix: where a step's time goes (--profile)" in text
     assert "[ddp-n2-fp32-nchw-r0.trace.json](logs/ddp-n2-fp32-nchw-r0.trace.json)" in text
@@ -152,19 +171,30 @@ def test_report_appendix_lists_each_profile(tmp_path: Path) -> None:
 def test_report_sets_each_knob_value_beside_the_default_and_dp_beside_ddp() -> None:
     def rows(launcher: str, variant: Variant, gpus: int, tput: float, memory: float) -> list:
         return [
-            run_row(run_id=f"{launcher}-{variant.label}-{gpus}-{i}", repeat=i, launcher=launcher,
-                    variant=variant.label, gpus=gpus, gpus_per_node=gpus,
-                    activation_checkpointing=variant.activation_checkpointing,
-                    throughput=tput + i, peak_memory_gb=memory, allreduce_mb_per_image=1.5)
+            run_row(
+                run_id=f"{launcher}-{variant.label}-{gpus}-{i}",
+                repeat=i,
+                launcher=launcher,
+                variant=variant.label,
+                gpus=gpus,
+                gpus_per_node=gpus,
+                activation_checkpointing=variant.activation_checkpointing,
+                throughput=tput + i,
+                peak_memory_gb=memory,
+                allreduce_mb_per_image=1.5,
+            )
             for i in range(2)
-        ]  # fmt: skip
+        ]
 
     plain, ckpt = (
         Variant("fp32", False, False),
         Variant("fp32", False, False, activation_checkpointing=True),
     )
-    runs = [*rows("ddp", plain, 1, 100, 9.0), *rows("ddp", ckpt, 1, 70, 4.0),
-            *rows("dp", plain, 1, 80, 9.0)]  # fmt: skip
+    runs = [
+        *rows("ddp", plain, 1, 100, 9.0),
+        *rows("ddp", ckpt, 1, 70, 4.0),
+        *rows("dp", plain, 1, 80, 9.0),
+    ]
     text = report.markdown({"config": {"device": "cpu"}}, runs, [])
     assert "### Activation checkpointing" in text
     assert "| ddp | fp32-nchw | 1 | on | 8 | 70.5 | 100.0 % | 1.500 | 4.00 |" in text

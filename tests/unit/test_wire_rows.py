@@ -97,9 +97,13 @@ def test_dataparallel_row_counts_the_gpus_its_one_process_drives() -> None:
     config = config_for(["--gpus", "1,2", "--launchers", "dp"], cpu_machine())
     dp = plan_sweep(config, "s", local_placement(2), 2)[1]
     report = wire.RunReport(  # one process reporting for both GPUs' images
-        run_id=dp.run_id, backend="nccl", world_size=1, gradient_bytes=10, images_per_rank=48,
+        run_id=dp.run_id,
+        backend="nccl",
+        world_size=1,
+        gradient_bytes=10,
+        images_per_rank=48,
         ranks=[rank(0, 2.0, [0.5, 0.5, 1.0])],
-    )  # fmt: skip
+    )
     m = rows.measurements(report, dp)
     assert m["throughput"] == pytest.approx(24.0) and m["throughput_per_gpu"] == pytest.approx(12)
     output = "\n".join(wire.encode(dp.run_id, report.to_dict()))

@@ -51,8 +51,9 @@ def resized_crop(image: torch.Tensor, box: tuple[int, int, int, int], size: int)
     bilinear with antialiasing, like torchvision's tensor Resize."""
     top, left, h, w = box
     crop = image[:, top : top + h, left : left + w].unsqueeze(0).float()
-    return F.interpolate(crop, size=(size, size), mode="bilinear", align_corners=False,
-                         antialias=True)[0]  # fmt: skip
+    return F.interpolate(
+        crop, size=(size, size), mode="bilinear", align_corners=False, antialias=True
+    )[0]
 
 
 def normalize_(images: torch.Tensor) -> torch.Tensor:

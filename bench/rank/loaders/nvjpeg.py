@@ -116,8 +116,11 @@ class JpegDecoder:
                 return images
             except RuntimeError as exc:  # one file nvJPEG refuses fails the whole batch
                 if not self._warned:
-                    print(f"nvjpeg: a batch failed ({exc}); decoding such batches one by one, "
-                          "with PIL for the files the GPU refuses", file=sys.stderr)  # fmt: skip
+                    print(
+                        f"nvjpeg: a batch failed ({exc}); decoding such batches one by one, "
+                        "with PIL for the files the GPU refuses",
+                        file=sys.stderr,
+                    )
                     self._warned = True
         return [self._one(data) for data in encoded]
 
