@@ -57,10 +57,11 @@ def test_stand_in_offers_the_default_releases_of_each_os(path):
     release = releases.get(codename, releases["current"])
     suffix = data["container_runtime_os_docker_suffix"]
     have = offered(f"{data['container_runtime_os_docker_distro']}/{codename}")
+    containerd_suffix = suffix if release["containerd_os_suffix"] else ""
     wanted = {
         "docker-ce": f"5:{release['docker']}-1{suffix}",
         "docker-ce-cli": f"5:{release['docker']}-1{suffix}",
-        "containerd.io": release["containerd"] + (suffix if release["containerd_os_suffix"] else ""),
+        "containerd.io": release["containerd"] + containerd_suffix,
         "docker-buildx-plugin": f"{release['buildx']}-1{suffix}",
         "docker-compose-plugin": f"{release['compose']}-1{suffix}",
     }
