@@ -1,5 +1,5 @@
-"""compat.yml, the one compatibility table: internally consistent, mirrored by the README's support
-matrix and by the stand-in repo's manifest (tests/standin/packages.yml)."""
+"""compat.yml, the one compatibility table: internally consistent, mirrored by the support
+matrix in docs/SUPPORT.md and by the stand-in repo's manifest (tests/standin/packages.yml)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def cuda_major(release: str) -> str:
 
 
 def render_matrix(compat: dict) -> str:
-    """The README's support-matrix table, as compat.yml states it."""
+    """docs/SUPPORT.md's support-matrix table, as compat.yml states it."""
     rows = [
         "| OS | support | driver branches (NVIDIA repo) | CUDA releases | default |",
         "|---|---|---|---|---|",
@@ -41,13 +41,13 @@ def render_matrix(compat: dict) -> str:
 
 
 def readme_matrix() -> str:
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs/SUPPORT.md").read_text()
     found = re.search(r"<!-- compat-matrix:[^>]*-->\n(.*?)\n<!-- /compat-matrix -->", text, re.S)
-    assert found, "README.md lost its compat-matrix block"
+    assert found, "docs/SUPPORT.md lost its compat-matrix block"
     return found.group(1)
 
 
-def test_readme_support_matrix_follows_compat_yml():
+def test_support_matrix_follows_compat_yml():
     assert readme_matrix() == render_matrix(COMPAT)
 
 
