@@ -171,6 +171,7 @@ def harness_spec(args: argparse.Namespace, round_index: int) -> RunSpec:
         batch_per_gpu=args.batch_size,
         scaling="weak",
         threads_per_rank=threads_per_rank(cpu_cores(), args.ranks),
+        trace_path="",  # no profiler trace: the harness's loop is what is timed
     )
 
 
