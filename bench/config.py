@@ -1,11 +1,12 @@
-"""A sweep's configuration: its knobs, machine-dependent defaults, and validation.
+"""A sweep's configuration: its knobs and validation.
 
 Every option of a sweep is a `Knob` declared once on a field of `BenchConfig` (how the sweep
 runs), `bench.spec.Variant` (the swept axes) or `bench.spec.Workload` (what every run trains);
 bench.options generates the parser from them and gives a `Request` (None where nothing was
-typed). `check_values` refuses impossible values before any heavy import; `resolve` fills the
-gaps from the detected `Environment` (GPU or CPU defaults); `validate` lists every request this
-machine cannot serve at once, so a sweep never launches only to fail on its fifth configuration.
+typed). `check_values` refuses impossible values before any heavy import; `resolve`
+(bench.machine_defaults) fills the gaps from the detected `Environment` (GPU or CPU defaults);
+`validate` lists every request this machine cannot serve at once, so a sweep never launches only
+to fail on its fifth configuration.
 """
 
 from __future__ import annotations
@@ -14,13 +15,12 @@ import argparse
 import dataclasses
 import difflib
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.gpu_defaults import GpuDefaults, GpuDescription, gpu_defaults
-from bench.hosts import ClusterConfig, default_rank_counts
+from bench.hosts import ClusterConfig
 from bench.launcher_kinds import (
     DEFAULT_LAUNCHERS,
     LAUNCHER_KINDS,
@@ -28,7 +28,7 @@ from bench.launcher_kinds import (
     LauncherKind,
     launcher_kind,
 )
-from bench.loader_support import loader_errors, resolve_loaders
+from bench.loader_support import loader_errors
 from bench.preflight import cluster_problems, conflicts, nccl_tests_problem, out_problem
 from bench.spec import (
     NO_CONTAINER,
@@ -38,7 +38,6 @@ from bench.spec import (
     Workload,
     knob,
     knobs,
-    total_slots,
 )
 
 IMAGENET_TRAIN_IMAGES = 1_281_167
@@ -86,8 +85,23 @@ def _claim(text: str) -> tuple[tuple[int, float], ...]:
     return tuple(pairs)
 
 
-ULIMITS = ("core", "cpu", "data", "fsize", "locks", "memlock", "msgqueue", "nice", "nofile",
-           "nproc", "rss", "rtprio", "rttime", "sigpending", "stack")  # fmt: skip
+ULIMITS = (
+    "core",
+    "cpu",
+    "data",
+    "fsize",
+    "locks",
+    "memlock",
+    "msgqueue",
+    "nice",
+    "nofile",
+    "nproc",
+    "rss",
+    "rtprio",
+    "rttime",
+    "sigpending",
+    "stack",
+)
 
 
 def _ulimit(text: str) -> str:
@@ -115,63 +129,100 @@ class BenchConfig:
     of each swept axis (`axes`: a Variant field -> its values, in order)."""
 
     gpu_counts: tuple[int, ...] = knob(
-        "--gpus", "GPU (rank) counts to sweep, comma list", parse=int, many=True, at_least=1,
+        "--gpus",
+        "GPU (rank) counts to sweep, comma list",
+        parse=int,
+        many=True,
+        at_least=1,
         words="1,2,4,... up to all visible GPUs; 1,2 on CPU",
-    )  # fmt: skip
+    )
     launchers: tuple[str, ...] = knob(
-        "--launchers", _launchers_help(), values={x: x for x in LAUNCHERS}, many=True,
+        "--launchers",
+        _launchers_help(),
+        values={x: x for x in LAUNCHERS},
+        many=True,
         words=",".join(DEFAULT_LAUNCHERS) + "; with Horovod missing its rows are marked "
         "unavailable",
-    )  # fmt: skip
+    )
     batch_size: int = knob(
-        "--batch-size", "per-GPU batch of one forward/backward pass (a micro-batch under "
-        "--grad-accum): weak scaling", parse=int, at_least=1,
+        "--batch-size",
+        "per-GPU batch of one forward/backward pass (a micro-batch under "
+        "--grad-accum): weak scaling",
+        parse=int,
+        at_least=1,
         words="by GPU memory (bench.gpu_defaults): 256 from 38 GB, 128 from 15 GB, else 64; "
         "128 on a GPU not known in advance (--slurm); 8 on CPU",
-    )  # fmt: skip
+    )
     global_batch: int | None = knob(
-        "--global-batch", "fixed global batch (images per optimizer step) split over the GPUs "
-        "and --grad-accum micro-batches: strong scaling (instead of --batch-size)", parse=int,
-        at_least=1, words="none, weak scaling",
-    )  # fmt: skip
-    repeats: int = knob("--repeats", "launches per configuration", parse=int, default=3,
-                        at_least=1)  # fmt: skip
-    timeout_s: float = knob("--timeout", "seconds before a run is killed", parse=float,
-                            gpu=1200.0, cpu=300.0, above=0)  # fmt: skip
-    allreduce_probe: bool = knob("--no-probe", "skip the allreduce bandwidth probe", default=True,
-                       switch=True, words="the probe runs")  # fmt: skip
+        "--global-batch",
+        "fixed global batch (images per optimizer step) split over the GPUs "
+        "and --grad-accum micro-batches: strong scaling (instead of --batch-size)",
+        parse=int,
+        at_least=1,
+        words="none, weak scaling",
+    )
+    repeats: int = knob("--repeats", "launches per configuration", parse=int, default=3, at_least=1)
+    timeout_s: float = knob(
+        "--timeout", "seconds before a run is killed", parse=float, gpu=1200.0, cpu=300.0, above=0
+    )
+    allreduce_probe: bool = knob(
+        "--no-probe",
+        "skip the allreduce bandwidth probe",
+        default=True,
+        switch=True,
+        words="the probe runs",
+    )
     probe_mb: float = knob(
-        "--probe-mb", "allreduce probe size in MB (ResNet-50's fp32 gradients are ~102 MB)",
-        parse=float, default=100.0, above=0,
-    )  # fmt: skip
+        "--probe-mb",
+        "allreduce probe size in MB (ResNet-50's fp32 gradients are ~102 MB)",
+        parse=float,
+        default=100.0,
+        above=0,
+    )
     nccl_tests: str = knob(
-        "--nccl-tests", "NVIDIA's all_reduce_perf (the file or its directory) run beside each "
-        "single-node GPU probe at the same size; 'off' to skip", default="",
+        "--nccl-tests",
+        "NVIDIA's all_reduce_perf (the file or its directory) run beside each "
+        "single-node GPU probe at the same size; 'off' to skip",
+        default="",
         words="all_reduce_perf on PATH, else the newest under /opt/nccl-tests (the nccl_tests "
         "role's), if any",
-    )  # fmt: skip
-    probe_iterations: int = knob("--probe-iterations", "timed allreduces", parse=int,
-                                 gpu=20, cpu=5, at_least=1)  # fmt: skip
+    )
+    probe_iterations: int = knob(
+        "--probe-iterations", "timed allreduces", parse=int, gpu=20, cpu=5, at_least=1
+    )
     dataset_size: int = knob(
-        "--dataset-size", "images per epoch for the epoch-time projection", parse=int,
-        default=IMAGENET_TRAIN_IMAGES, at_least=1, words="1281167, ImageNet-1k train",
-    )  # fmt: skip
+        "--dataset-size",
+        "images per epoch for the epoch-time projection",
+        parse=int,
+        default=IMAGENET_TRAIN_IMAGES,
+        at_least=1,
+        words="1281167, ImageNet-1k train",
+    )
     claim: tuple[tuple[int, float], ...] = knob(
-        "--claim", "claimed epoch seconds to check, GPUS:SECONDS pairs, e.g. 1:560,4:148",
-        parse=_claim, default=(), words="none",
-    )  # fmt: skip
-    out_root: str = knob("--out", "results root; each sweep makes a directory in it",
-                         default="results")  # fmt: skip
+        "--claim",
+        "claimed epoch seconds to check, GPUS:SECONDS pairs, e.g. 1:560,4:148",
+        parse=_claim,
+        default=(),
+        words="none",
+    )
+    out_root: str = knob(
+        "--out", "results root; each sweep makes a directory in it", default="results"
+    )
     # How --container images run.
     container_python: str = knob(
-        "--container-python", "the interpreter inside the --container images",
-        default="", words="python3, else python, on the image's PATH",
-    )  # fmt: skip
+        "--container-python",
+        "the interpreter inside the --container images",
+        default="",
+        words="python3, else python, on the image's PATH",
+    )
     container_ulimits: tuple[str, ...] = knob(
-        "--container-ulimit", "docker run --ulimit for the --container images, comma list, or "
+        "--container-ulimit",
+        "docker run --ulimit for the --container images, comma list, or "
         "none (NVIDIA's settings for PyTorch; raising memlock needs CAP_SYS_RESOURCE in dockerd)",
-        parse=_ulimit, many=True, default=("memlock=-1", "stack=67108864"),
-    )  # fmt: skip
+        parse=_ulimit,
+        many=True,
+        default=("memlock=-1", "stack=67108864"),
+    )
     workload: Workload
     axes: dict[str, tuple[Any, ...]]
     launchers_explicit: bool = False
@@ -259,112 +310,6 @@ def request_problems(request: Request) -> list[str]:
     """Values no machine could run and flags that contradict each other, as typed (validate
     lists them with the machine's problems)."""
     return check_values(request.values) + conflicts(request.values)
-
-
-# --------------------------------------------------------------------------------------------
-# Machine-dependent defaults
-
-
-def _default_gpu_counts(request: Request, env: Environment, gpu: bool) -> tuple[int, ...]:
-    if request.cluster is not None:
-        return tuple({total_slots(p) for p in request.cluster.placements()})
-    max_ranks = env.gpu_count if gpu else min(2, env.cores)
-    return default_rank_counts(max(1, max_ranks))
-
-
-def _gpu_defaults(env: Environment) -> GpuDefaults | None:
-    """bench.gpu_defaults for the (smallest node's) GPU; None where the GPU is not known here
-    (a --slurm sweep meets its nodes only when each job starts)."""
-    if env.gpu_capability is None:
-        return None
-    return gpu_defaults(
-        GpuDescription(env.gpu_name, tuple(env.gpu_capability), env.gpu_memory_gb)  # type: ignore[arg-type]
-    )
-
-
-def _default_precision(request: Request, env: Environment, gpu: bool) -> tuple[str, ...]:
-    if not gpu:
-        return ("fp32",)
-    chosen = _gpu_defaults(env)
-    if chosen is not None:
-        return (chosen.precision,)
-    return ("amp-bf16",) if env.bf16_supported else ("amp-fp16",)
-
-
-def _gpu_rule(
-    name: str, unknown_gpu: Any, cpu: Any, axis: bool = False
-) -> Callable[[Request, Environment, bool], Any]:
-    """A knob's default from bench.gpu_defaults on a GPU (`unknown_gpu` where the GPU is not
-    known), `cpu` on a CPU sweep; a one-value tuple for a swept (Variant) knob."""
-
-    def rule(request: Request, env: Environment, gpu: bool) -> Any:
-        chosen = _gpu_defaults(env) if gpu else None
-        value = cpu if not gpu else unknown_gpu if chosen is None else getattr(chosen, name)
-        return (value,) if axis else value
-
-    return rule
-
-
-def _default_workers(request: Request, env: Environment, gpu: bool) -> int:
-    return min(8, max(1, env.cores // max(1, env.gpu_count))) if gpu else 0
-
-
-def _default_loader(request: Request, env: Environment, gpu: bool) -> tuple[str, ...]:
-    data = request.values.get("data") or SYNTHETIC
-    return resolve_loaders(None, data, "cuda" if gpu else "cpu")
-
-
-# Knobs whose default is a rule (their Knob.words say it in the help).
-MACHINE_RULES: dict[str, Callable[[Request, Environment, bool], Any]] = {
-    "gpu_counts": _default_gpu_counts,
-    "launchers": lambda request, env, gpu: DEFAULT_LAUNCHERS,
-    "precision": _default_precision,
-    "channels_last": _gpu_rule("channels_last", False, False, axis=True),
-    "compile": _gpu_rule("compile", False, False, axis=True),
-    "batch_size": _gpu_rule("batch_per_gpu", 128, 8),
-    "loader_workers": _default_workers,
-    "loader": _default_loader,
-}
-
-
-def chosen_defaults(request: Request, env: Environment) -> list[str]:
-    """Why each GPU default the user left to the machine has its value (bench.gpu_defaults),
-    for the sweep log and the report; [] on CPU or where the GPU is not known."""
-    asked = request.values.get("device")
-    if (env.device if asked in (None, "auto") else asked) != "cuda":
-        return []
-    chosen = _gpu_defaults(env)
-    if chosen is None:
-        return []
-    return [why for name, why in chosen.reasons.items() if request.values.get(name) is None]
-
-
-def resolve(request: Request, env: Environment) -> BenchConfig:
-    """Fill machine-dependent defaults: GPU sweeps are real benchmarks, CPU sweeps smoke tests."""
-    asked = request.values.get("device")
-    device = env.device if asked in (None, "auto") else asked
-    gpu = device == "cuda"
-
-    def pick(name: str, k: Knob) -> Any:
-        value = request.values.get(name)
-        if value is not None:
-            return value
-        if name in MACHINE_RULES:
-            return MACHINE_RULES[name](request, env, gpu)
-        if k.default is not None:
-            return k.default
-        return k.gpu if gpu else k.cpu
-
-    workload = Workload(**{**{n: pick(n, k) for n, k in knobs(Workload)}, "device": device})
-    sweep = {name: pick(name, k) for name, k in knobs(BenchConfig)}
-    sweep["gpu_counts"] = tuple(sorted(set(sweep["gpu_counts"])))
-    return BenchConfig(
-        **sweep,
-        workload=workload,
-        axes={name: tuple(pick(name, k)) for name, k in knobs(Variant)},
-        launchers_explicit=request.values.get("launchers") is not None,
-        cluster=request.cluster,
-    )
 
 
 # --------------------------------------------------------------------------------------------

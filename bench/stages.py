@@ -29,12 +29,10 @@ from bench.config import (
     ConfigError,
     Environment,
     Request,
-    chosen_defaults,
     launcher_problem,
     problems,
     refuse,
     request_problems,
-    resolve,
     runs_on_host,
 )
 from bench.hosts import ClusterConfig
@@ -44,6 +42,7 @@ from bench.launchers import ExecResult, Launcher, RemoteError
 from bench.launchers.local import LocalLauncher
 from bench.launchers.slurm import SlurmLauncher
 from bench.launchers.ssh import SshLauncher
+from bench.machine_defaults import chosen_defaults, resolve
 from bench.plan import local_placement, plan_probes, plan_sweep, why_not_runnable
 from bench.rank import models
 from bench.results import ResultStore

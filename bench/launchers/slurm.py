@@ -165,8 +165,11 @@ def allocation_args(run: SlurmRun, options: SlurmOptions) -> list[str]:
         args.append(f"--gpus-per-node={run.ranks_per_node}")
     if options.exclusive:
         args.append("--exclusive")
-    for flag, value in (("partition", options.partition), ("account", options.account),
-                        ("qos", options.qos)):  # fmt: skip
+    for flag, value in (
+        ("partition", options.partition),
+        ("account", options.account),
+        ("qos", options.qos),
+    ):
         if value:
             args.append(f"--{flag}={value}")
     args += list(options.extra_args)
@@ -182,21 +185,32 @@ def job_torchrun_argv(run: SlurmRun) -> list[str]:
     ${BENCH_NODE_ADDR} are filled in on the node."""
     launch = run.launch
     return torchrun_argv(
-        run.tools.python, nnodes=launch.nodes, nproc_per_node=launch.ranks_per_node,
-        endpoint=rendezvous_endpoint("${head}", run.rdzv_port), rdzv_id=launch.launch_id,
-        module=launch.module, args=launch.args, is_host="${is_host}",
+        run.tools.python,
+        nnodes=launch.nodes,
+        nproc_per_node=launch.ranks_per_node,
+        endpoint=rendezvous_endpoint("${head}", run.rdzv_port),
+        rdzv_id=launch.launch_id,
+        module=launch.module,
+        args=launch.args,
+        is_host="${is_host}",
         local_addr="${BENCH_NODE_ADDR}",
-    )  # fmt: skip
+    )
 
 
 def job_horovodrun_argv(run: SlurmRun) -> list[str]:
     """horovodrun on the batch host: ${hosts} and ${interfaces} come from the allocation."""
     launch = run.launch
     return horovodrun_argv(
-        run.tools.horovodrun, run.tools.python, np=launch.world_size, hosts="${hosts}",
-        module=launch.module, args=launch.args, network_interfaces="${interfaces}",
-        ssh_port=run.ssh.port, ssh_identity_file=run.ssh.identity_file,
-    )  # fmt: skip
+        run.tools.horovodrun,
+        run.tools.python,
+        np=launch.world_size,
+        hosts="${hosts}",
+        module=launch.module,
+        args=launch.args,
+        network_interfaces="${interfaces}",
+        ssh_port=run.ssh.port,
+        ssh_identity_file=run.ssh.identity_file,
+    )
 
 
 def _preamble(run: SlurmRun, options: SlurmOptions) -> list[str]:
@@ -304,8 +318,10 @@ def job_record(job_id: str, timeout_s: float = 30) -> dict[str, str]:
     try:
         done = subprocess.run(
             ["scontrol", "show", "job", "-o", job_id],
-            capture_output=True, text=True, timeout=timeout_s,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return {}
     return parse_scontrol_record(done.stdout) if done.returncode == 0 else {}
@@ -333,6 +349,18 @@ def _ended(proc: subprocess.Popen, within_s: float) -> bool:
     return True
 
 
+def _submission(run: SlurmRun, options: SlurmOptions) -> list[str]:
+    """The job script written into run_dir, and the sbatch (or salloc) command that runs it."""
+    run_dir = Path(run.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    script = run_dir / f"job-{run.run_id}.sh"
+    script.write_text(job_script(run, options))
+    script.chmod(0o755)
+    if options.submit == "sbatch":
+        return [options.sbatch, "--wait", "--parsable", str(script)]
+    return [options.salloc, *allocation_args(run, options), "bash", str(script)]
+
+
 def submit(
     run: SlurmRun, options: SlurmOptions, ssh: SshOptions | None = None, policy: StopPolicy = STOP
 ) -> SlurmOutcome:
@@ -344,23 +372,20 @@ def submit(
     which the job (through scancel) and sbatch/salloc are stopped with `policy`.
     """
     ssh = ssh or run.ssh
-    run_dir = Path(run.run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    script = run_dir / f"job-{run.run_id}.sh"
-    script.write_text(job_script(run, options))
-    script.chmod(0o755)
-    if options.submit == "sbatch":
-        argv = [options.sbatch, "--wait", "--parsable", str(script)]
-    else:
-        argv = [options.salloc, *allocation_args(run, options), "bash", str(script)]
+    argv = _submission(run, options)
     limit = run.time_limit_min * 60 + options.queue_wait_s
     started = time.monotonic()
     lines: list[str] = []
     job_ids: list[str] = []
     with subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-        text=True, errors="replace", start_new_session=True,
-    ) as proc:  # fmt: skip
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        errors="replace",
+        start_new_session=True,
+    ) as proc:
 
         def pump() -> None:
             assert proc.stdout is not None
@@ -427,10 +452,16 @@ class SlurmLauncher:
         env = rank_environment(launch.threads_per_rank, launch.device, launch.sweep_id)
         env.pop("PYTHONPATH")
         return SlurmRun(
-            launch=launch, tools=self.tools, workdir=self.cluster.remote_workdir,
-            run_dir=str(run_dir), timeout_s=timeout_s, gpu=self.gpu, env=env,
-            rdzv_port=self.cluster.rdzv_port, ssh=self.ssh,
-        )  # fmt: skip
+            launch=launch,
+            tools=self.tools,
+            workdir=self.cluster.remote_workdir,
+            run_dir=str(run_dir),
+            timeout_s=timeout_s,
+            gpu=self.gpu,
+            env=env,
+            rdzv_port=self.cluster.rdzv_port,
+            ssh=self.ssh,
+        )
 
     def run(self, spec: RunSpec | ProbeSpec, timeout_s: float, log_path: Path) -> ExecResult:
         if launch_of(spec).image:  # bench.image_check refuses --container with --slurm
@@ -449,6 +480,11 @@ class SlurmLauncher:
         environ = {socket_ifname_var(self.gpu): interfaces.group(1)} if interfaces else {}
         returncode = None if outcome.timed_out else 0 if outcome.ok else outcome.returncode or 1
         return ExecResult(
-            returncode, outcome.timed_out, outcome.wall_s, output, log_path,
-            environ=environ, hosts=hosts,
-        )  # fmt: skip
+            returncode,
+            outcome.timed_out,
+            outcome.wall_s,
+            output,
+            log_path,
+            environ=environ,
+            hosts=hosts,
+        )

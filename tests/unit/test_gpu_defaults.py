@@ -118,7 +118,7 @@ def test_a_sweep_on_a_described_gpu_takes_these_defaults_and_the_user_overrides_
 
 def test_the_report_says_why_each_default_the_user_kept_was_chosen() -> None:
     from bench import report
-    from bench.config import chosen_defaults
+    from bench.machine_defaults import chosen_defaults
     from bench.options import parse_request
 
     kept = chosen_defaults(parse_request(["--compile", "off"]), described(H100))

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from bench_builders import cpu_machine
 
-from bench.config import BenchConfig, ConfigError, resolve, validate
+from bench.config import BenchConfig, ConfigError, validate
 from bench.hosts import (
     ClusterConfig,
     HostSpecError,
@@ -26,6 +26,7 @@ from bench.hosts import (
     plan_node_sweep,
     validate_host_name,
 )
+from bench.machine_defaults import resolve
 from bench.options import build_parser, parse_request
 from bench.spec import HostSlots, format_hosts, knobs
 

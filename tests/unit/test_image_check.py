@@ -516,7 +516,7 @@ def test_slurm_and_clashing_short_names_are_refused() -> None:
     with pytest.raises(ConfigError, match="share the short name 'bench_1'"):
         image_check.check_containers(config, cpu_machine())
     slurm = parse_request(["--slurm", "--nodes", "1", "--container", IMAGE])
-    from bench.config import resolve
+    from bench.machine_defaults import resolve
 
     with pytest.raises(ConfigError, match="pyxis/enroot"):
         image_check.check_containers(resolve(slurm, cpu_machine()), cpu_machine())
@@ -524,7 +524,7 @@ def test_slurm_and_clashing_short_names_are_refused() -> None:
 
 def test_horovod_across_nodes_in_containers_is_unavailable() -> None:
     request = parse_request(["--hosts", "n1:1,n2:1", "--container", IMAGE])
-    from bench.config import resolve
+    from bench.machine_defaults import resolve
 
     config = resolve(request, cpu_machine())
     problem = image_check.launcher_in_image(HOROVOD, {}, config, cpu_machine())
