@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The full test suite, exactly what CI runs (.ci/run calls this script):
 #   1. setup      scripts/bootstrap.sh (.venv with the toolchain, Horovod built by the horovod role)
-#   2. lint       yamllint, ansible-lint (production profile), ruff check + ruff format --check
+#   2. lint       yamllint, role READMEs' variables tables (scripts/role_docs.py --check),
+#                 ansible-lint (production profile), ruff check + ruff format --check
 #   3. infra      dockerd (started only if not running, stopped again if we started it), base images
 #                 (debootstrap, cached), collections (from PyPI's `ansible`), the local wheelhouse,
 #                 the signed stand-in of NVIDIA's apt repo (fresh throwaway key) served on docker0
@@ -64,6 +65,8 @@ step setup scripts/bootstrap.sh || { print_summary; exit 1; }
 
 if wants lint; then
   step yamllint yamllint --strict .
+  # Each role README's variables table is generated from its argument spec and defaults.
+  step role-docs python scripts/role_docs.py --check
   # ansible-lint resolves the modules the roles and scenarios use, so the collections come first
   # (offline: it must never try Galaxy, see .ansible-lint).
   step ansible-lint bash -c 'tests/infra/collections.sh && ansible-lint'

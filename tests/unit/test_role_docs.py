@@ -1,15 +1,20 @@
-"""Each role documents its variables three times, and the three must agree.
+"""Each role variable is declared once, and the README shows what the declarations say.
 
-defaults/main.yml (the values), meta/argument_specs.yml (what the play checks) and the README's
-variables table (what users read) name the same variables with the same defaults. A role also never
-reads another role's variable: site.yml passes shared values into each role's own variable
+meta/argument_specs.yml holds a variable's type, choices and description; defaults/main.yml its
+default (the one Ansible applies). Each README's variables table is generated from the two by
+scripts/role_docs.py, and `--check` must find every README current. A role also never reads another
+role's variable: site.yml passes shared values into each role's own variable
 (playbooks/vars/shared.yml), so every meta/main.yml can truthfully say `dependencies: []`.
 Plain YAML reading; nothing here runs Ansible.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,10 +23,10 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 ROLES_DIR = REPO / "roles"
 ROLES = sorted(p.name for p in ROLES_DIR.iterdir() if (p / "meta" / "argument_specs.yml").is_file())
+_spec = importlib.util.spec_from_file_location("role_docs", REPO / "scripts/role_docs.py")
+role_docs = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(role_docs)
 
-# A README table row: | `name` | default | description |
-README_ROW = re.compile(r"^\|\s*`([a-z][a-z0-9_]*)`\s*\|\s*(.*?)\s*\|(?!\s*$)", re.M)
-CODE_SPAN = re.compile(r"`([^`]*)`")
 # Jinja inside a YAML string, and the keys whose values are bare Jinja expressions.
 JINJA_BLOCK = re.compile(r"\{\{(.*?)\}\}|\{%(.*?)%\}", re.S)
 EXPRESSION_KEYS = {"when", "that", "failed_when", "changed_when", "until"}
@@ -43,31 +48,6 @@ def spec_entry_points(role: str) -> dict:
 
 def spec_options(role: str) -> dict:
     return spec_entry_points(role)["main"].get("options") or {}
-
-
-def readme_rows(role: str) -> list[tuple[str, str]]:
-    """(variable, default cell) of each row of the README's "## Variables" table."""
-    text = (ROLES_DIR / role / "README.md").read_text()
-    match = re.search(r"^## Variables\n(.*?)(?=^## |\Z)", text, re.M | re.S)
-    assert match, f"roles/{role}/README.md has no '## Variables' section"
-    return README_ROW.findall(match.group(1))
-
-
-def templated(value) -> bool:
-    return isinstance(value, str) and "{{" in value
-
-
-def normalized(value):
-    """Strings compared without layout (folded YAML, line breaks inside a template)."""
-    return " ".join(value.split()) if isinstance(value, str) else value
-
-
-def leaves(value) -> list:
-    if isinstance(value, dict):
-        return [leaf for v in value.values() for leaf in leaves(v)]
-    if isinstance(value, list):
-        return [leaf for v in value for leaf in leaves(v)]
-    return [value]
 
 
 def role_of(name: str) -> str | None:
@@ -103,65 +83,86 @@ def variables_read(path: Path) -> set[str]:
     return {name for expr in found for name in IDENTIFIER.findall(QUOTED.sub("", expr))}
 
 
-@pytest.mark.parametrize("role", ROLES)
-def test_defaults_spec_and_readme_name_the_same_variables(role):
-    defaults = set(role_defaults(role))
-    spec = set(spec_options(role))
-    rows = [name for name, _ in readme_rows(role)]
-    assert len(rows) == len(set(rows)), (
-        f"{role}: README rows repeat {sorted(n for n in rows if rows.count(n) > 1)}"
-    )
-    assert spec == defaults, (
-        f"{role}: argument spec only {sorted(spec - defaults)}, "
-        f"defaults/main.yml only {sorted(defaults - spec)}"
-    )
-    assert set(rows) == defaults, (
-        f"{role}: README only {sorted(set(rows) - defaults)}, "
-        f"defaults/main.yml only {sorted(defaults - set(rows))}"
-    )
-    for entry, options in spec_entry_points(role).items():
-        extra = set(options.get("options") or {}) - defaults
-        assert not extra, (
-            f"{role}: entry point {entry} declares {sorted(extra)}, which defaults/main.yml lacks"
-        )
-
-
-@pytest.mark.parametrize("role", ROLES)
-def test_argument_spec_defaults_are_the_role_defaults(role):
-    defaults = role_defaults(role)
-    wrong = {
-        name: (option.get("default", "<none>"), defaults[name])
-        for name, option in spec_options(role).items()
-        if name in defaults
-        and normalized(option.get("default", "<none>")) != normalized(defaults[name])
+def all_options(role: str) -> dict:
+    """Every entry point's options of a role."""
+    return {
+        name: option
+        for point in spec_entry_points(role).values()
+        for name, option in (point.get("options") or {}).items()
     }
-    assert wrong == {}, f"{role}: spec default != defaults/main.yml (spec, defaults): {wrong}"
 
 
 @pytest.mark.parametrize("role", ROLES)
-def test_readme_states_the_defaults(role):
-    """A plain default is stated in the README cell's first code span; a templated one may be
-    described in words, but a cell that is only a code span must be the template itself."""
-    defaults = role_defaults(role)
-    wrong = {}
-    for name, cell in readme_rows(role):
-        if name not in defaults:
-            continue
-        value = defaults[name]
-        spans = CODE_SPAN.findall(cell)
-        if templated(value):
-            if (
-                re.fullmatch(r"`[^`]*`", cell)
-                and "{{" in cell
-                and normalized(spans[0]) != normalized(value)
-            ):
-                wrong[name] = (cell, value)
-        elif isinstance(value, dict):
-            if not all(str(leaf) in cell for leaf in leaves(value)):
-                wrong[name] = (cell, value)
-        elif not spans or yaml.safe_load(spans[0] or '""') != value:
-            wrong[name] = (cell, value)
-    assert wrong == {}, f"{role}: README default cell vs defaults/main.yml: {wrong}"
+def test_every_option_has_its_default_in_defaults_main_or_is_required(role):
+    defaults = set(role_defaults(role))
+    options = all_options(role)
+    assert set(spec_options(role)) <= set(options)
+    no_default = sorted(
+        n for n, o in options.items() if n not in defaults and not o.get("required")
+    )
+    required_with_default = sorted(
+        n for n, o in options.items() if n in defaults and o.get("required")
+    )
+    undeclared = sorted(defaults - set(options))
+    assert no_default == [], f"{role}: neither a default in defaults/main.yml nor required"
+    assert required_with_default == [], f"{role}: required, yet defaults/main.yml sets them"
+    assert undeclared == [], f"{role}: defaults/main.yml sets variables the spec does not declare"
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_argument_spec_states_no_default(role):
+    # Ansible takes a role variable's default from defaults/main.yml only (docs/DEVELOPING.md has
+    # the source); a spec `default:` would be a second copy that nothing applies.
+    copies = sorted(name for name, option in all_options(role).items() if "default" in option)
+    assert copies == [], f"{role}: the spec repeats defaults/main.yml's default of {copies}"
+
+
+def test_every_readme_table_is_what_the_declarations_say():
+    run = subprocess.run(
+        [sys.executable, str(REPO / "scripts/role_docs.py"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (run.returncode, run.stderr) == (0, "")
+
+
+def test_check_names_the_stale_readme_and_a_run_brings_it_up_to_date(tmp_path, monkeypatch, capsys):
+    for role in ("nccl", "package_hold"):
+        shutil.copytree(ROLES_DIR / role, tmp_path / role)
+    monkeypatch.setattr(role_docs, "ROLES_DIR", tmp_path)
+    spec = tmp_path / "nccl/meta/argument_specs.yml"
+    spec.write_text(spec.read_text().replace("as packaged,", "as NVIDIA packages it,"))
+    assert role_docs.main(["--check"]) == 1
+    stderr = capsys.readouterr().err
+    assert "roles/nccl/README.md" in stderr and "package_hold" not in stderr
+    assert role_docs.main([]) == 0
+    assert "NCCL release as NVIDIA packages it," in (tmp_path / "nccl/README.md").read_text()
+    assert role_docs.main(["--check"]) == 0
+
+
+def test_an_option_with_neither_default_nor_required_is_refused(tmp_path, monkeypatch, capsys):
+    shutil.copytree(ROLES_DIR / "nccl", tmp_path / "nccl")
+    monkeypatch.setattr(role_docs, "ROLES_DIR", tmp_path)
+    defaults = tmp_path / "nccl/defaults/main.yml"
+    values = yaml.safe_load(defaults.read_text())
+    del values["nccl_version"]
+    defaults.write_text(yaml.safe_dump(values))
+    assert role_docs.main(["--check"]) == 1
+    assert "nccl_version has no default in defaults/main.yml" in capsys.readouterr().err
+
+
+def test_cells_render_markup_templates_and_table_pipes():
+    assert role_docs.markdown(["C(<base>/<a|b>) or", "<x> | I(y)"]) == (
+        "`<base>/<a\\|b>` or &lt;x> \\| *y*"
+    )
+    assert role_docs.default_cell("{{ a | default('') }}\n  ~ b") == "`{{ a \\| default('') }} ~ b`"
+    assert role_docs.default_cell("3.11") == "`'3.11'`"
+    assert (
+        role_docs.default_cell({"x86_64": "ab", "aarch64": "cd"}) == "`{x86_64: ab, aarch64: cd}`"
+    )
+    assert role_docs.type_cell({"type": "list", "elements": "str"}) == "list of str"
+    assert role_docs.type_cell({"type": "str", "choices": ["a", "b"]}) == "str, one of `a`, `b`"
 
 
 @pytest.mark.parametrize("role", ROLES)
