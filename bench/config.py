@@ -151,7 +151,7 @@ class BenchConfig:
         parse=int,
         at_least=1,
         words="by GPU memory (bench.gpu_defaults): 256 from 38 GB, 128 from 15 GB, else 64; "
-        "128 on a GPU not known in advance (--slurm); 8 on CPU",
+        "128 on a GPU it does not know; 8 on CPU",
     )
     global_batch: int | None = knob(
         "--global-batch",
@@ -348,10 +348,8 @@ def config_values(config: BenchConfig) -> dict[str, Any]:
 def _capacity_problems(config: BenchConfig, env: Environment) -> list[str]:
     errors = []
     gpu = config.device == "cuda"
-    # With --hosts, env describes the smallest node; with --slurm the nodes are unknown until
-    # each job starts, and Slurm itself refuses what no node can supply.
-    slurm = config.cluster is not None and config.cluster.slurm
-    if gpu and env.gpu_count == 0 and not slurm:
+    # With --hosts or --slurm, env describes the smallest node (bench.launchers.cluster).
+    if gpu and env.gpu_count == 0:
         errors.append("--device cuda: no CUDA GPU is visible")
     limit = env.gpu_count if gpu else env.cores
     unit = "GPUs" if gpu else "CPU ranks (one core each at least)"
@@ -359,7 +357,7 @@ def _capacity_problems(config: BenchConfig, env: Environment) -> list[str]:
         errors.append(
             f"--gpus: {max(config.gpu_counts)} requested but this machine has {limit} {unit}"
         )
-    if config.cluster is not None and not slurm and max(config.cluster.gpus_per_node) > limit:
+    if config.cluster is not None and max(config.cluster.gpus_per_node) > limit:
         errors.append(
             f"--gpus-per-node: {max(config.cluster.gpus_per_node)} requested but the smallest "
             f"node has {limit} {unit}"

@@ -20,7 +20,6 @@ import argparse
 import dataclasses
 import ipaddress
 import re
-import shlex
 import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -259,23 +258,15 @@ def _ssh_option(text: str) -> str:
     return text
 
 
-def _sbatch_options(text: str) -> tuple[str, ...]:
-    """--slurm-args: sbatch options split as a shell would ("--qos=bench --exclusive")."""
-    try:
-        return tuple(shlex.split(text))
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(f"{err} in {text!r}") from None
-
-
 @dataclass(frozen=True, kw_only=True)
 class ClusterConfig:
     """Where a multi-node sweep runs and how the bench reaches the nodes: the multi-node options
     of python -m bench.scaling, each declared here as a knob (bench.options makes the parser's
     multi-node group from them; `cluster_from_options` resolves what was typed into this).
 
-    Either hosts (reached over ssh) or slurm (nodes allocated per configuration by Slurm). Plain
-    data, so it round-trips through sweep.json for --resume; bench.launchers.ssh and .slurm turn
-    it into ssh and Slurm options.
+    Either hosts (reached over ssh) or slurm (the nodes of the Slurm allocation the sweep runs
+    in, reached with srun). Plain data, so it round-trips through sweep.json for --resume;
+    bench.launchers.sites turns it into the site that reaches the nodes.
     """
 
     # --hosts text (or --hostfile's lines) -> the hosts and their slots
@@ -294,7 +285,8 @@ class ClusterConfig:
     )
     slurm: bool = knob(
         "--slurm",
-        "one Slurm job per configuration",
+        "run inside a Slurm allocation (sbatch or salloc): each configuration on its first "
+        "--nodes nodes, one srun step per node",
         default=False,
         switch=True,
         words="no Slurm",
@@ -315,8 +307,8 @@ class ClusterConfig:
         many=True,
         words="1,2,4,... up to the smallest host's slots; 1 with --slurm",
     )
-    # How the nodes of --hosts/--hostfile are reached (and Slurm jobs' horovodrun reaches the
-    # other nodes).
+    # How the nodes of --hosts/--hostfile are reached (and horovodrun reaches the other nodes,
+    # under --slurm too).
     ssh_user: str | None = knob(
         "--ssh-user", "ssh user on the nodes", words="yours, or ~/.ssh/config's", optional=True
     )
@@ -372,35 +364,15 @@ class ClusterConfig:
         default=29400,
         optional=True,
     )
-    slurm_partition: str | None = knob(
-        "--slurm-partition", "partition the jobs go to", words="Slurm's", optional=True
-    )
-    slurm_account: str | None = knob(
-        "--slurm-account", "account charged for the jobs", words="Slurm's", optional=True
-    )
-    slurm_args: tuple[str, ...] = knob(
-        "--slurm-args",
-        "more sbatch options, e.g. '--qos=bench --exclusive'",
-        parse=_sbatch_options,
-        default=(),
-        words="none",
-        optional=True,
-    )
-    slurm_submit: str = knob(
-        "--slurm-submit",
-        "sbatch --wait (batch) or salloc (interactive)",
-        values={"sbatch": "sbatch", "salloc": "salloc"},
-        default="sbatch",
-        optional=True,
-    )
 
     @property
     def placement(self) -> Placement:
         return tuple(HostSlots(h, s) for h, s in self.hosts)
 
     def placements(self) -> list[Placement]:
-        """Every configuration's placement: the node-count x ranks-per-node grid. Slurm picks
-        the nodes when the job starts, so there the hosts are stand-ins, slurm-node1, ..."""
+        """Every configuration's placement: the node-count x ranks-per-node grid. Under Slurm
+        the hosts are stand-ins, slurm-node1, ...: the first nodes of whichever allocation runs
+        the launch (bench.launchers.cluster)."""
         if self.slurm:
             return [
                 tuple(HostSlots(f"{SLURM_NODE_PREFIX}{i + 1}", g) for i in range(k))
@@ -416,7 +388,7 @@ class ClusterConfig:
     def from_dict(cls, data: dict[str, Any]) -> ClusterConfig:
         fields = dict(data)
         fields["hosts"] = tuple((str(h), int(s)) for h, s in fields["hosts"])
-        for name in ("node_counts", "gpus_per_node", "ssh_options", "slurm_args"):
+        for name in ("node_counts", "gpus_per_node", "ssh_options"):
             fields[name] = tuple(fields[name])
         return cls(**fields)
 

@@ -27,7 +27,7 @@ from bench.config import horovod_problem as _horovod_problem
 from bench.hosts import host_names
 from bench.launcher_kinds import LauncherKind, launcher_kind
 from bench.launchers.docker import Containers, Image, container_name
-from bench.launchers.transport import SshOptions, last_line, on_all, run_on_host, ssh_options_for
+from bench.launchers.sites import Site, last_line, on_all, run_on_host, site_for
 from bench.machine import survey_records
 from bench.paths import REPO_ROOT
 from bench.spec import NO_CONTAINER, RunSpec, container_label
@@ -60,7 +60,7 @@ print(survey_line(info), flush=True)
 
 @dataclass(frozen=True)
 class Machine:
-    """Where an image is checked: this machine, or a --hosts node reached over ssh."""
+    """Where an image is checked: this machine, or a --hosts node reached through its site."""
 
     name: str
     docker: DockerRun
@@ -79,8 +79,8 @@ def local_docker(argv: Sequence[str], timeout_s: float) -> subprocess.CompletedP
         return subprocess.CompletedProcess(list(argv), 124, "", f"timed out after {timeout_s:g}s")
 
 
-def node_docker(host: str, options: SshOptions) -> DockerRun:
-    return lambda argv, timeout_s: run_on_host(host, shlex.join(argv), options, timeout_s)
+def node_docker(host: str, site: Site) -> DockerRun:
+    return lambda argv, timeout_s: run_on_host(host, shlex.join(argv), site, timeout_s)
 
 
 @dataclass(frozen=True)
@@ -270,9 +270,9 @@ def machines_for(config: BenchConfig) -> list[Machine]:
     """This machine, or every --hosts node (each over ssh, with its own bench checkout)."""
     if config.cluster is None:
         return [Machine("this machine", local_docker, str(REPO_ROOT))]
-    options = ssh_options_for(config.cluster)
+    site = site_for(config.cluster)
     return [
-        Machine(h, node_docker(h, options), config.cluster.remote_workdir)
+        Machine(h, node_docker(h, site), config.cluster.remote_workdir)
         for h in host_names(config.cluster.placement)
     ]
 

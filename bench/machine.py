@@ -206,15 +206,6 @@ def survey_records(lines: Iterable[str]) -> list[dict[str, Any]]:
     return records
 
 
-def read_surveys(lines: Iterable[str]) -> dict[str, NodeInfo]:
-    """Survey lines keyed by the hostname each node reported."""
-    infos = {}
-    for data in survey_records(lines):
-        host = str(data.get("hostname"))
-        infos[host] = NodeInfo.from_survey(host, data)
-    return infos
-
-
 def _run_json(argv: Sequence[str], timeout_s: float) -> dict[str, Any] | str:
     """A child's last stdout line parsed as JSON, or the reason it failed."""
     env = {**os.environ, "PYTHONPATH": bench_pythonpath(REPO_ROOT, os.environ.get("PYTHONPATH"))}

@@ -23,8 +23,8 @@ def _default_gpu_counts(request: Request, env: Environment, gpu: bool) -> tuple[
 
 
 def _gpu_defaults(env: Environment) -> GpuDefaults | None:
-    """bench.gpu_defaults for the (smallest node's) GPU; None where the GPU is not known here
-    (a --slurm sweep meets its nodes only when each job starts)."""
+    """bench.gpu_defaults for the (smallest node's) GPU; None where its capability is not
+    known."""
     if env.gpu_capability is None:
         return None
     return gpu_defaults(

@@ -140,8 +140,8 @@ def build_parser() -> argparse.ArgumentParser:
     multi_node = p.add_argument_group(
         "multi-node",
         "Sweep node counts as well as GPUs per node: torchrun on every node with a c10d "
-        "rendezvous on the first (started over ssh), horovodrun -H from the first node, or one "
-        "Slurm job per configuration with --slurm.",
+        "rendezvous on the first (started over ssh, or with --slurm as srun steps inside the "
+        "allocation the sweep runs in), horovodrun -H from the first node.",
     )
     add_knobs(multi_node, ClusterConfig)
     return p

@@ -77,11 +77,11 @@ def cluster_problems(cluster: ClusterConfig | None) -> list[str]:
         if any(n < 1 for n in counts):
             errors.append(f"{flag} must be >= 1, got {','.join(map(str, counts))}")
     if cluster.slurm:
-        missing = [t for t in (cluster.slurm_submit, "srun") if shutil.which(t) is None]
+        missing = [t for t in ("srun", "scontrol") if shutil.which(t) is None]
         if missing:
             errors.append(
-                f"--slurm: {' and '.join(missing)} not found on PATH: run the sweep on a Slurm "
-                "login node (or load Slurm's module), or use --hosts"
+                f"--slurm: {' and '.join(missing)} not found on PATH: run the sweep inside a "
+                "Slurm allocation (sbatch or salloc; load Slurm's module), or use --hosts"
             )
     return errors
 

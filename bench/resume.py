@@ -5,9 +5,10 @@ In order: no other option beside --resume (the saved configuration is reused); t
 (bench.sweep_lock: a second controller is refused with the first one's identity); the results
 read back, every damaged or missing file rebuilt from what survives (bench.results); then what
 an earlier controller of this sweep left running is stopped (bench.launchers.stop, by the sweep's
-tag): on every --hosts node first (a node that cannot be reached refuses the resume), or the
---slurm jobs whose comment names the sweep (squeue not answering refuses the resume), then on
-this machine. Failures are ConfigError (exit status 2), each saying how to recover.
+tag): on every node of the sweep first (--hosts', or under --slurm the nodes of the allocation
+the resume runs in; a node that cannot be reached refuses the resume), then on this machine.
+A --slurm sweep's processes in an allocation that has ended ended with it (Slurm kills a job's
+steps when the job ends). Failures are ConfigError (exit status 2), each saying how to recover.
 """
 
 from __future__ import annotations
@@ -21,16 +22,9 @@ from typing import Any
 
 from bench.config import BenchConfig, ConfigError, Request
 from bench.hosts import ClusterConfig, host_names
-from bench.launchers import SWEEP_TAG_VAR, sweep_comment
-from bench.launchers.stop import (
-    STOP,
-    SlurmQueueError,
-    StopPolicy,
-    stop_script,
-    stop_slurm_jobs_with_comment,
-    stop_tagged,
-)
-from bench.launchers.transport import last_line, on_all, run_on_host, ssh_options_for
+from bench.launchers import SWEEP_TAG_VAR, RemoteError
+from bench.launchers.sites import last_line, on_all, run_on_host, site_for, slurm_allocation
+from bench.launchers.stop import STOP, StopPolicy, stop_script, stop_tagged
 from bench.options import explicit_options
 from bench.results import ResultStore, StoreError
 from bench.sweep_lock import LockHeld, SweepLock, acquire
@@ -85,21 +79,21 @@ def stop_leftovers(directory: Path, sweep_id: str, policy: StopPolicy = STOP) ->
 def stop_on_hosts(
     directory: Path, cluster: ClusterConfig | None, sweep_id: str, policy: StopPolicy = STOP
 ) -> dict[str, list[str]]:
-    """--hosts: stop every process of this sweep still running on any of its hosts (the node
-    stop script, by the sweep's tag, over the sweep's ssh options), all hosts at once; returns
-    host -> the processes stopped there. A host that cannot be reached (or whose script fails)
-    refuses the resume: ranks of the sweep may still hold its GPUs and would skew every figure.
-
-    Under --slurm nothing runs here: Slurm picks the nodes per job and knows no hosts of the
-    sweep; stop_slurm_leftovers cancels its jobs instead.
-    """
-    if cluster is None or cluster.slurm or not sweep_id:
+    """--hosts or --slurm: stop every process of this sweep still running on any of its nodes
+    (the node stop script, by the sweep's tag, through the sweep's site), all nodes at once;
+    returns host -> the processes stopped there. A node that cannot be reached (or whose script
+    fails) refuses the resume: ranks of the sweep may still hold its GPUs and would skew every
+    figure."""
+    if cluster is None or not sweep_id:
         return {}
-    hosts = host_names(cluster.placement)
-    options = ssh_options_for(cluster)
+    try:
+        site = site_for(cluster)
+        hosts = slurm_allocation()[1] if cluster.slurm else host_names(cluster.placement)
+    except RemoteError as exc:
+        raise _refused(str(exc)) from None
     script = stop_script(SWEEP_TAG_VAR, sweep_id, policy, describe=True)
-    timeout_s = policy.grace_s + options.connect_timeout_s + 60
-    results = on_all(hosts, lambda h: run_on_host(h, script, options, timeout_s))
+    timeout_s = policy.grace_s + 90
+    results = on_all(hosts, lambda h: run_on_host(h, script, site, timeout_s))
     failed = {h: r for h, r in results.items() if r.returncode != 0}
     if failed:
         lines = [
@@ -118,51 +112,6 @@ def stop_on_hosts(
         for line in lines:
             say(directory, f"{host}:   {line}")
     return stopped
-
-
-# How long a cancelled job may stay in squeue (COMPLETING: its nodes ending its processes, the
-# epilog) before the resume goes on without it; its nodes stay --exclusive to it until then.
-SLURM_GONE_WAIT_S = 120.0
-
-
-def stop_slurm_leftovers(
-    directory: Path,
-    cluster: ClusterConfig | None,
-    sweep_id: str,
-    policy: StopPolicy = STOP,
-    wait_s: float = SLURM_GONE_WAIT_S,
-) -> list[str]:
-    """--slurm: cancel every job of this sweep still queued or running (an earlier controller
-    killed with kill -9 leaves `sbatch --wait`'s job running until its --time limit), found by
-    the comment every job of the sweep carries, with the common stop policy through scancel;
-    returns their ids. When squeue cannot answer, the resume is refused: the jobs may still
-    hold their nodes' GPUs."""
-    if cluster is None or not cluster.slurm or not sweep_id:
-        return []
-    comment = sweep_comment(sweep_id)
-    try:
-        jobs, still = stop_slurm_jobs_with_comment(comment, policy, wait_s)
-    except SlurmQueueError as exc:
-        raise _refused(
-            f"cannot make sure that no Slurm job of this sweep is left (its ranks may still "
-            f"hold their GPUs): {exc}\n    Make squeue answer, or cancel this user's jobs with "
-            f"the comment {comment} (squeue --me --format='%i %k'; scancel ID), then resume "
-            "again."
-        ) from None
-    if jobs:
-        say(
-            directory,
-            f"cancelled {len(jobs)} Slurm job(s) an earlier controller left "
-            f"({comment}): {' '.join(jobs)}",
-        )
-    if still:
-        say(
-            directory,
-            f"Slurm job(s) {' '.join(still)} still listed by squeue after "
-            f"{wait_s:.0f} s (completing); going on: their nodes stay theirs "
-            "(--exclusive), so this sweep's jobs queue behind them",
-        )
-    return jobs
 
 
 def open_saved(request: Request, argv: Sequence[str], policy: StopPolicy = STOP) -> Saved | None:
@@ -191,7 +140,6 @@ def open_saved(request: Request, argv: Sequence[str], policy: StopPolicy = STOP)
         sweep_id = str(meta.get("sweep_id", ""))
         # the hosts first: on test hosts sharing this kernel the local stop would see theirs too
         stop_on_hosts(directory, config.cluster, sweep_id, policy)
-        stop_slurm_leftovers(directory, config.cluster, sweep_id, policy)
         stop_leftovers(directory, sweep_id, policy)
     except BaseException:
         lock.release()

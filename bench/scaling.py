@@ -20,12 +20,12 @@ __all__ = ["EXIT_CODES", "main"]
 
 def wants_horovod_check(request: Request) -> bool:
     """Importing horovod.torch to check it costs seconds: only when the sweep may use it here
-    (a --hosts sweep asks the nodes instead; Slurm nodes run this environment; runs in a
-    --container image use the image's, checked in the image)."""
+    (a --hosts or --slurm sweep asks the nodes instead; runs in a --container image use the
+    image's, checked in the image)."""
     launchers = request.values.get("launchers") or DEFAULT_LAUNCHERS
     horovod = request.resume is not None or any(launcher_kind(x).needs_horovod for x in launchers)
     on_host = NO_CONTAINER in (request.values.get("container") or (NO_CONTAINER,))
-    return horovod and on_host and (request.cluster is None or request.cluster.slurm)
+    return horovod and on_host and request.cluster is None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -39,9 +39,8 @@ from bench.hosts import ClusterConfig
 from bench.image_check import CheckedImage, check_containers, launcher_containers, pin_images
 from bench.launcher_kinds import launcher_kind
 from bench.launchers import ExecResult, Launcher, RemoteError
+from bench.launchers.cluster import ClusterLauncher
 from bench.launchers.local import LocalLauncher
-from bench.launchers.slurm import SlurmLauncher
-from bench.launchers.ssh import SshLauncher
 from bench.machine_defaults import chosen_defaults, resolve
 from bench.plan import local_placement, plan_probes, plan_sweep, why_not_runnable
 from bench.rank import models
@@ -64,7 +63,7 @@ class Sweep:
     probes: list[ProbeSpec] = field(default_factory=list)
     unavailable: dict[str, str] = field(default_factory=dict)  # launcher -> why it cannot run
     containers: dict[str, CheckedImage] = field(default_factory=dict)  # --container images
-    # What runs each launch: this machine, the --hosts nodes over ssh, or Slurm jobs.
+    # What runs each launch: this machine, or the nodes (--hosts over ssh, --slurm srun steps).
     launcher: Launcher = field(default_factory=LocalLauncher)
     lock: SweepLock | None = None  # held from the directory's creation (or --resume) to the end
 
@@ -91,12 +90,12 @@ def hosts_for(config: BenchConfig) -> tuple[HostSlots, ...]:
     return local_placement(max(config.gpu_counts))
 
 
-def connect(cluster: ClusterConfig | None) -> SshLauncher | None:
-    """For --hosts: every node reachable over ssh and surveyed, before anything is planned."""
-    if cluster is None or cluster.slurm:
+def connect(cluster: ClusterConfig | None) -> ClusterLauncher | None:
+    """For --hosts or --slurm: every node reachable and surveyed, before anything is planned."""
+    if cluster is None:
         return None
-    nodes = SshLauncher(cluster)
     try:
+        nodes = ClusterLauncher(cluster)
         nodes.survey()
     except RemoteError as exc:
         raise ConfigError("  - " + str(exc).replace("\n", "\n    ")) from None
@@ -120,9 +119,9 @@ def fresh_sweep(request: Request, env: Environment) -> Sweep:
     return Sweep(config, store, meta)
 
 
-def node_problems(sweep: Sweep, nodes: SshLauncher | None) -> list[str]:
-    """--hosts: the nodes differ in what the sweep's launchers depend on (listed with the other
-    problems of the request, in the same refusal)."""
+def node_problems(sweep: Sweep, nodes: ClusterLauncher | None) -> list[str]:
+    """The nodes differ in what the sweep's launchers depend on, or are too few (listed with the
+    other problems of the request, in the same refusal)."""
     if nodes is None:
         return []
     config = sweep.config
@@ -133,15 +132,12 @@ def node_problems(sweep: Sweep, nodes: SshLauncher | None) -> list[str]:
     return []
 
 
-def choose_launcher(sweep: Sweep, nodes: SshLauncher | None) -> Launcher:
-    """Where the launches run (the --hosts nodes were checked by node_problems)."""
-    config = sweep.config
-    containers = launcher_containers(sweep.containers, config)
+def choose_launcher(sweep: Sweep, nodes: ClusterLauncher | None) -> Launcher:
+    """Where the launches run (the nodes were checked by node_problems)."""
+    containers = launcher_containers(sweep.containers, sweep.config)
     if nodes is not None:
         nodes.containers = containers
         return nodes
-    if config.cluster is not None:
-        return SlurmLauncher(config.cluster, config.device)
     return LocalLauncher(containers=containers)
 
 
@@ -154,7 +150,7 @@ def plan_runs_and_probes(sweep: Sweep, env: Environment) -> None:
     )
     sweep.probes = plan_probes(config, meta["sweep_id"], hosts, env.cores)
     meta["system"] = collect_system_info(env)
-    if isinstance(sweep.launcher, SshLauncher):
+    if isinstance(sweep.launcher, ClusterLauncher):
         meta["system"]["nodes"] = [dataclasses.asdict(i) for i in sweep.launcher.infos.values()]
     if sweep.containers:
         meta["system"]["containers"] = {r: i.system() for r, i in sweep.containers.items()}

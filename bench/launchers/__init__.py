@@ -1,14 +1,14 @@
 """The launcher interface: one spec (a run or a probe), a timeout and a log path in, an
 `ExecResult` out.
 
-Three backends implement it, each in its own module, and all build their command lines with the
-same argv builders (bench.launchers.argv) and stop what they started with the same stop policy
+Two backends implement it, and both build their command lines with the same argv builders
+(bench.launchers.argv) and stop what they started with the same stop policy
 (bench.launchers.stop):
 
 - `bench.launchers.local.LocalLauncher`: this machine (torchrun or horovodrun as a child).
-- `bench.launchers.ssh.SshLauncher`: --hosts, one torchrun per node started over ssh, or
-  horovodrun on the first node.
-- `bench.launchers.slurm.SlurmLauncher`: --slurm, one job per launch.
+- `bench.launchers.cluster.ClusterLauncher`: several nodes, reached through a site
+  (bench.launchers.sites: ssh for --hosts, srun steps in the allocation for --slurm): one
+  torchrun per node, or horovodrun on the first node.
 
 What a spec asks for is read from the spec once (`launch_of`); nothing parses a built command
 line back.
@@ -31,17 +31,13 @@ from bench.spec import SYNTHETIC, Placement, ProbeSpec, RunSpec, most_slots, tot
 WORKER_MODULE = "bench.rank.worker"
 PROBE_MODULE = "bench.rank.probe"
 # Every process of a multi-node launch carries RUN_TAG_VAR=<tag> in its environment (horovodrun
-# forwards its environment to remote ranks, the Slurm job script exports it): stopping a launch
+# forwards its environment to remote ranks): stopping a launch
 # finds its processes on each node by that exact value, and nothing else.
 RUN_TAG_VAR = "GPUSTACK_BENCH_RUN"
 # Every process of a launch also carries SWEEP_TAG_VAR=<sweep id>, wherever it runs (this machine,
-# a --hosts node, its container, a Slurm job): a resumed sweep finds and stops what an earlier
+# a --hosts node, its container, a Slurm node): a resumed sweep finds and stops what an earlier
 # controller of the same sweep left running, here and on every node of the sweep.
 SWEEP_TAG_VAR = "GPUSTACK_BENCH_SWEEP"
-# A Slurm job of the sweep also carries the sweep id in its comment, which slurmctld keeps and
-# squeue lists (%k) without reaching the job's nodes: a resumed --slurm sweep cancels the jobs an
-# earlier controller left by it (bench.resume).
-SWEEP_COMMENT_PREFIX = "gpustack-sweep:"
 # Variables of the sweep's own environment that reach every rank wherever it runs (another node,
 # a container), as they reach local ranks: the collective libraries' settings, the bench's own.
 FORWARDED_PREFIXES = (
@@ -67,8 +63,8 @@ class ExecResult:
     output: str  # stdout and stderr, interleaved as written
     log_path: Path
     # What only a multi-node backend knows: the interface variables the ranks got (for the
-    # interconnect column; empty means this process's environment) and, under Slurm, the hosts
-    # the job actually ran on ("" means the planned placement).
+    # interconnect column; empty means this process's environment) and the hosts the launch
+    # actually ran on ("" means the planned placement; under Slurm the allocation's nodes).
     environ: Mapping[str, str] = field(default_factory=dict)
     hosts: str = ""
 
@@ -162,11 +158,6 @@ def rank_environment(threads: int, device: str, sweep_id: str = "") -> dict[str,
     if sweep_id:
         env[SWEEP_TAG_VAR] = sweep_id
     return env
-
-
-def sweep_comment(sweep_id: str) -> str:
-    """The Slurm job comment that names the sweep a job belongs to."""
-    return f"{SWEEP_COMMENT_PREFIX}{sweep_id}"
 
 
 def new_tag(prefix: str = "gsb") -> str:

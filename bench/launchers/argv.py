@@ -2,18 +2,15 @@
 
 `torchrun_argv` is one node's torchrun agent (all nodes meet at a c10d rendezvous);
 `horovodrun_argv` is the one horovodrun that starts every rank (-H host:slots);
-`dataparallel_argv` is DataParallel's single process (one machine only). The local, ssh
-and Slurm backends call them with their own values: this machine and a free port; the
-surveyed nodes' addresses; or, in a Slurm job script, shell variables the job fills in on its
-nodes (`shell_join` renders such an argv for bash).
+`dataparallel_argv` is DataParallel's single process (one machine only). The local
+and multi-node backends call them with their own values: this machine and a free port, or the
+surveyed nodes' addresses.
 
 Pure functions of their arguments: building a command changes nothing and starts nothing.
 """
 
 from __future__ import annotations
 
-import re
-import shlex
 import shutil
 import socket
 import sys
@@ -143,24 +140,3 @@ def horovodrun_argv(
 def dataparallel_argv(python: str, *, module: str, args: Sequence[str]) -> list[str]:
     """DataParallel's launch: one process, no launcher, driving every GPU of this machine."""
     return [python, "-m", module, *args]
-
-
-def shell_join(argv: Sequence[str], variables: Sequence[str] = ()) -> str:
-    """argv as one bash command line, every word quoted, except that `${NAME}` for each NAME
-    in `variables` expands (inside double quotes) where the line runs."""
-    if not variables:
-        return shlex.join(argv)
-    names = "|".join(re.escape(v) for v in variables)
-    pattern = re.compile(r"(\$\{(?:" + names + r")\})")
-    words = []
-    for word in argv:
-        parts = pattern.split(word)
-        words.append(
-            "".join(
-                f'"{part}"' if pattern.fullmatch(part) else shlex.quote(part)
-                for part in parts
-                if part
-            )
-            or "''"
-        )
-    return " ".join(words)

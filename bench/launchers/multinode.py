@@ -12,21 +12,14 @@ from pathlib import Path
 from bench.launchers import RUN_TAG_VAR
 from bench.launchers.argv import NodeCommand
 from bench.launchers.logs import failure_reason
+from bench.launchers.sites import Site, last_line, on_all, run_on_host, shell_command
 from bench.launchers.stop import STOP, StopPolicy, stop_script, stop_tree
-from bench.launchers.transport import (
-    SshOptions,
-    host_argv,
-    last_line,
-    on_all,
-    run_on_host,
-    shell_command,
-)
 
 
 def kill_run(
     hosts: Sequence[str],
     tag: str,
-    options: SshOptions,
+    site: Site,
     policy: StopPolicy = STOP,
     containers: Mapping[str, str] | None = None,
 ) -> dict[str, subprocess.CompletedProcess[str]]:
@@ -35,7 +28,7 @@ def kill_run(
     scripts = {
         h: stop_script(RUN_TAG_VAR, tag, policy, (containers or {}).get(h, "")) for h in hosts
     }
-    return on_all(hosts, lambda h: run_on_host(h, scripts[h], options, policy.grace_s + 60))
+    return on_all(hosts, lambda h: run_on_host(h, scripts[h], site, policy.grace_s + 60))
 
 
 @dataclass
@@ -93,7 +86,7 @@ class MultiNodeResult:
 
 def _start(
     commands: Sequence[NodeCommand],
-    options: SshOptions,
+    site: Site,
     tag: str,
     log_dir: Path,
     workdir: str | None,
@@ -107,7 +100,7 @@ def _start(
             env = {RUN_TAG_VAR: tag, **command.env}
             line = shell_command(command.argv, env, workdir, remote_timeout_s, policy)
             proc = subprocess.Popen(
-                host_argv(command.host, line, options),
+                site.argv(command.host, line),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -149,7 +142,7 @@ def _wait(
 
 def run_on_nodes(
     commands: Sequence[NodeCommand],
-    options: SshOptions,
+    site: Site,
     *,
     tag: str,
     timeout_s: float,
@@ -162,12 +155,13 @@ def run_on_nodes(
 ) -> MultiNodeResult:
     """Start every node's command at once (in workdir, tagged with `tag`) and wait for all.
 
-    When one node fails (its launcher exits non-zero, or its ssh connection drops because the
-    node died), the others get failure_grace_s to notice and exit by themselves; then they, and
-    everything of the run on every node of `hosts` (the launch's placement: horovodrun reaches
-    nodes no command names), are stopped with `policy`. After every launch, failed or not, what
-    is left of the run on those nodes is stopped the same way. The whole run never exceeds timeout_s
-    plus the failure grace and the policy's. Node i's output goes to log_dir/node<i>-<host>.log.
+    When one node fails (its launcher exits non-zero, or its connection (ssh, srun) drops
+    because the node died), the others get failure_grace_s to notice and exit by themselves;
+    then they, and everything of the run on every node of `hosts` (the launch's placement:
+    horovodrun reaches nodes no command names), are stopped with `policy`. After every launch,
+    failed or not, what is left of the run on those nodes is stopped the same way. The whole run
+    never exceeds timeout_s plus the failure grace and the policy's. Node i's output goes to
+    log_dir/node<i>-<host>.log.
     """
     log_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
@@ -176,7 +170,7 @@ def run_on_nodes(
     procs: list[tuple[subprocess.Popen, NodeOutcome]] = []
     cleanup: dict[str, str] = {}
     try:
-        procs = _start(commands, options, tag, log_dir, workdir, remote_timeout, policy)
+        procs = _start(commands, site, tag, log_dir, workdir, remote_timeout, policy)
         _wait(procs, started + timeout_s, failure_grace_s, poll_s)
     finally:
         leftovers = [(p, o) for p, o in procs if p.poll() is None]
@@ -187,7 +181,7 @@ def run_on_nodes(
             # processes are touched; after a clean run there is usually nothing to stop.
             every = list(dict.fromkeys([c.host for c in commands] + list(hosts)))
             containers = {c.host: c.container for c in commands if c.container}
-            for host, result in kill_run(every, tag, options, policy, containers).items():
+            for host, result in kill_run(every, tag, site, policy, containers).items():
                 if result.returncode != 0:
                     cleanup[host] = f"cleanup failed: {last_line(result.stderr or result.stdout)}"
                 elif result.stdout.strip():

@@ -3,13 +3,10 @@ a grace period for them to exit, then SIGKILL for whatever is left.
 
 - `stop_tree`: a process started here and all its descendants (torchrun starts its ranks in
   sessions of their own, so signalling its process group alone would orphan them).
-- `stop_script`: the same steps as a sh script for a node reached over ssh, finding the
-  launch's processes by the tag in their environment.
+- `stop_script`: the same steps as a sh script for a node reached through a site (ssh, an
+  srun step), finding the launch's processes by the tag in their environment.
 - `node_timeout_argv`: coreutils timeout with the same signals, the node-side backstop should
   the controlling bench (or its ssh connection) go away.
-- `stop_slurm_job`: the same steps through scancel for every step of a job.
-- `stop_slurm_jobs_with_comment`: `stop_slurm_job` for each of the user's queued jobs whose
-  comment is a given tag (a resumed sweep's jobs that an earlier controller left running).
 - `stop_container`: the same steps through docker for a launch's container (--container):
   stopping the docker CLI alone would leave the container and its ranks running.
 - `stop_tagged`: the same steps for every local process whose environment has a tag, such as
@@ -22,11 +19,10 @@ import contextlib
 import math
 import os
 import re
-import shlex
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -216,89 +212,6 @@ def node_timeout_argv(timeout_s: float, policy: StopPolicy = STOP) -> list[str]:
     first, _ = policy.signal_names()
     grace = max(1, round(policy.grace_s))
     return ["timeout", f"--signal={first}", f"--kill-after={grace}s", f"{max(1, int(timeout_s))}s"]
-
-
-def stop_slurm_job(
-    job_id: str,
-    ended: Callable[[float], bool],
-    policy: StopPolicy = STOP,
-    scancel: str = "scancel",
-) -> list[list[str]]:
-    """Signal every step of the job (and its batch script), wait up to the grace period for
-    `ended(seconds)` to say the job is over, then kill what is left and cancel the job.
-    Returns the scancel command lines it ran."""
-    if not re.fullmatch(r"\d+(?:_\d+)?", job_id):
-        raise ValueError(f"not a Slurm job id: {job_id!r}")
-    first, last = policy.signal_names()
-    calls = [[scancel, f"--signal={first}", "--full", job_id]]
-    _run(calls[-1])
-    if not ended(policy.grace_s):
-        calls += [[scancel, f"--signal={last}", "--full", job_id], [scancel, job_id]]
-        _run(calls[-2])
-        _run(calls[-1])
-    return calls
-
-
-class SlurmQueueError(RuntimeError):
-    """squeue could not say which jobs are in the queue."""
-
-
-# squeue(1) of Slurm 22.05.8 (Debian 12's slurm-client, checked 2026-11-24; the same text at
-# https://slurm.schedmd.com/squeue.html): --me is --user=<my username>, %i the job id, %k the
-# "Comment associated with the job"; without --states it lists pending, running and completing
-# jobs.
-def slurm_jobs_with_comment(
-    comment: str, squeue: str = "squeue", timeout_s: float = 60
-) -> list[str]:
-    """Ids of this user's queued jobs whose comment is exactly `comment`; SlurmQueueError when
-    squeue does not answer."""
-    argv = [squeue, "--me", "--noheader", "--format=%i %k"]
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise SlurmQueueError(f"{shlex.join(argv)}: {exc}") from None
-    if done.returncode != 0:
-        why = (done.stderr or done.stdout).strip().splitlines()
-        raise SlurmQueueError(f"{shlex.join(argv)}: rc={done.returncode}: {why[-1] if why else ''}")
-    jobs = []
-    for line in done.stdout.splitlines():
-        job_id, _, job_comment = line.strip().partition(" ")
-        if job_comment == comment and re.fullmatch(r"\d+(?:_\d+)?", job_id):
-            jobs.append(job_id)
-    return jobs
-
-
-def _still_listed(job_ids: Sequence[str], comment: str, within_s: float, squeue: str) -> list[str]:
-    """Poll squeue for up to within_s until none of job_ids is listed with `comment`; returns
-    those still listed (all of them while squeue does not answer)."""
-    deadline = time.monotonic() + within_s
-    while True:
-        try:
-            left = [j for j in slurm_jobs_with_comment(comment, squeue) if j in job_ids]
-        except SlurmQueueError:
-            left = list(job_ids)
-        if not left or time.monotonic() >= deadline:
-            return left
-        time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
-
-
-def stop_slurm_jobs_with_comment(
-    comment: str,
-    policy: StopPolicy = STOP,
-    wait_s: float = 60.0,
-    squeue: str = "squeue",
-    scancel: str = "scancel",
-) -> tuple[list[str], list[str]]:
-    """Stop each of this user's jobs whose comment is `comment` with `stop_slurm_job`, then
-    wait up to wait_s for squeue to list none of them (a cancelled job stays COMPLETING until
-    its nodes have ended its processes). Returns (the jobs found, those still listed);
-    SlurmQueueError when squeue cannot list the queue in the first place."""
-    jobs = slurm_jobs_with_comment(comment, squeue)
-    for job_id in jobs:
-        stop_slurm_job(
-            job_id, lambda s, j=job_id: not _still_listed([j], comment, s, squeue), policy, scancel
-        )
-    return jobs, _still_listed(jobs, comment, wait_s, squeue) if jobs else []
 
 
 def _run(argv: list[str]) -> None:

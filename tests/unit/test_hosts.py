@@ -214,8 +214,8 @@ def test_hosts_make_a_grid_that_survives_sweep_json(tmp_path: Path) -> None:
     assert cluster is not None
     assert (cluster.node_counts, cluster.gpus_per_node) == ((1, 2), (1, 4))
     assert cluster.ssh_options == ("UserKnownHostsFile=/k", "Ciphers=aes128-ctr,aes256-ctr")
-    assert (cluster.ssh_port, cluster.rdzv_port, cluster.slurm_submit) == (2222, 29400, "sbatch")
-    assert (cluster.ssh_user, cluster.slurm_args, cluster.hostfile) == (None, (), None)
+    assert (cluster.ssh_port, cluster.rdzv_port) == (2222, 29400)
+    assert (cluster.ssh_user, cluster.hostfile) == (None, None)
     assert (cluster.remote_python, cluster.remote_workdir) == ("/env/bin/python", "/srv/b")
     assert [format_hosts(p) for p in cluster.placements()] == [
         "n1:1",
@@ -233,12 +233,11 @@ def test_hosts_make_a_grid_that_survives_sweep_json(tmp_path: Path) -> None:
     assert ClusterConfig.from_dict(json.loads(json.dumps(from_file.to_dict()))) == from_file
 
 
-def test_slurm_grid_uses_stand_in_hosts_until_the_job_runs() -> None:
+def test_slurm_grid_uses_stand_in_hosts_until_a_launch_runs() -> None:
     with pytest.raises(HostSpecError, match="--slurm needs --nodes"):
         cluster_args(["--slurm"])
-    cluster = cluster_args(["--slurm", "--nodes", "2,1", "--slurm-args", "--qos=bench --exclusive"])
+    cluster = cluster_args(["--slurm", "--nodes", "2,1"])
     assert cluster is not None and cluster.slurm and cluster.hosts == ()
-    assert cluster.slurm_args == ("--qos=bench", "--exclusive")
     assert [format_hosts(p) for p in cluster.placements()] == [
         "slurm-node1:1",
         "slurm-node1:1,slurm-node2:1",
@@ -249,8 +248,6 @@ def test_slurm_grid_uses_stand_in_hosts_until_the_job_runs() -> None:
     ("argv", "message"),
     [
         (["--hosts", "a:1", "--ssh-option", "BatchMode"], "expected KEY=VALUE, got 'BatchMode'"),
-        (["--slurm", "--nodes", "1", "--slurm-args", "--qos 'x"], "No closing quotation"),
-        (["--slurm", "--nodes", "1", "--slurm-submit", "srun"], "choose from sbatch, salloc"),
         (["--hosts", "a:1", "--nodes", "1,x"], "expected an integer, got 'x'"),
         (["--hosts", "a:1", "--slurm"], "not allowed with argument --hosts"),
         (["--hostfile", "f", "--hosts", "a:1"], "not allowed with argument --hostfile"),

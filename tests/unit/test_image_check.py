@@ -22,9 +22,9 @@ from bench.image_check import CheckedImage, Machine, check_image, pin_images, pi
 from bench.launcher_kinds import DDP, HOROVOD
 from bench.launchers import RUN_TAG_VAR, ExecResult, launch_of
 from bench.launchers.argv import Tools
+from bench.launchers.cluster import ClusterLauncher
 from bench.launchers.docker import BENCH_MOUNT, container_name, docker_run_argv
 from bench.launchers.local import LocalLauncher
-from bench.launchers.ssh import SshLauncher
 from bench.launchers.stop import StopPolicy, stop_container, stop_script
 from bench.machine import NodeInfo, survey_line
 from bench.options import parse_request
@@ -237,7 +237,7 @@ def test_an_unchecked_image_is_never_run() -> None:
         LocalLauncher().command(launch_of(runs[0]))
 
 
-def ssh_launcher(image: CheckedImage, config) -> SshLauncher:  # type: ignore[no-untyped-def]
+def ssh_launcher(image: CheckedImage, config) -> ClusterLauncher:  # type: ignore[no-untyped-def]
     cluster = ClusterConfig(
         hosts=(("node1", 2), ("node2", 2)),
         node_counts=(2,),
@@ -245,7 +245,7 @@ def ssh_launcher(image: CheckedImage, config) -> SshLauncher:  # type: ignore[no
         remote_python="/env/bin/python",
         remote_workdir="/srv/bench",
     )
-    nodes = SshLauncher(cluster, environ={"NCCL_IB_HCA": "mlx5"})
+    nodes = ClusterLauncher(cluster, environ={"NCCL_IB_HCA": "mlx5"})
     nodes.infos = {
         h: NodeInfo(h, h, "3.11", address=f"10.0.0.{i}", interface="eth0")
         for i, h in enumerate(("node1", "node2"))

@@ -1,6 +1,6 @@
 """The launchers' shared parts: the argv builders, the local backend, and the one stop policy.
 
-The ssh and Slurm backends are in test_ssh.py and test_slurm.py; the test that every backend
+The multi-node backend is in test_ssh.py and test_slurm.py; the test that every backend
 runs exactly the builders' argv for the same spec is test_backends_agree.py.
 """
 
@@ -25,7 +25,6 @@ from bench.launchers.argv import (
     Tools,
     free_port,
     horovodrun_argv,
-    shell_join,
     torchrun_argv,
 )
 from bench.launchers.local import LocalLauncher, execute
@@ -33,7 +32,6 @@ from bench.launchers.stop import (
     StopPolicy,
     node_timeout_argv,
     stop_script,
-    stop_slurm_job,
     stop_tree,
 )
 from bench.plan import local_placement, plan_probes, plan_sweep
@@ -139,16 +137,6 @@ def test_horovodrun_argv_uses_gloo_and_one_start_timeout_everywhere() -> None:
         "-m",
         "m",
     ]
-
-
-def test_shell_join_expands_only_the_named_variables() -> None:
-    argv = ["--rdzv-endpoint=${head}:29400", "it's", "${HOME}", "$head"]
-    line = shell_join(argv, ["head"])
-    done = subprocess.run(
-        ["bash", "-c", f"head=nodeA; printf '%s\\n' {line}"], capture_output=True, text=True
-    )
-    assert done.stdout.splitlines() == ["--rdzv-endpoint=nodeA:29400", "it's", "${HOME}", "$head"]
-    assert shell_join(["a b", ""]) == "'a b' ''"
 
 
 def test_building_a_command_changes_nothing() -> None:
@@ -325,28 +313,3 @@ def test_the_policy_reads_the_same_in_every_form() -> None:
     assert "end=$(($(date +%s) + 7))" in script  # the grace period before the last signal
     with pytest.raises(ValueError, match="unsafe run id"):
         stop_script("TAG", "x; rm -rf /", policy)
-
-
-def test_a_slurm_job_is_stopped_with_the_same_steps(tmp_path: Path) -> None:
-    calls_file = tmp_path / "calls"
-    scancel = tmp_path / "scancel"
-    scancel.write_text(f'#!/bin/sh\necho "$*" >> {calls_file}\n')
-    scancel.chmod(0o755)
-    waited: list[float] = []
-
-    def never_ends(seconds: float) -> bool:
-        waited.append(seconds)
-        return False
-
-    stop_slurm_job("4242", never_ends, StopPolicy(grace_s=3), str(scancel))
-    assert waited == [3]
-    assert calls_file.read_text().splitlines() == [
-        "--signal=TERM --full 4242",
-        "--signal=KILL --full 4242",
-        "4242",
-    ]
-    calls_file.unlink()
-    stop_slurm_job("4243", lambda seconds: True, StopPolicy(grace_s=3), str(scancel))
-    assert calls_file.read_text().splitlines() == ["--signal=TERM --full 4243"]
-    with pytest.raises(ValueError, match="not a Slurm job id"):
-        stop_slurm_job("1; rm -rf /", never_ends, scancel=str(scancel))

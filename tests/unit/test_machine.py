@@ -3,9 +3,6 @@ the multi-node backends run on every node."""
 
 from __future__ import annotations
 
-import io
-import json
-import os
 import socket
 import subprocess
 import sys
@@ -15,7 +12,7 @@ import pytest
 from bench import machine
 from bench.config import HorovodStatus
 from bench.launchers import on_node as node_cli
-from bench.launchers.ssh import parse_survey_output
+from bench.launchers.cluster import parse_survey_output
 from bench.launchers.versions import (
     VersionMismatchError,
     check_versions,
@@ -33,8 +30,8 @@ def node(host: str, **fields: object) -> NodeInfo:
 
 def test_importing_the_facts_and_the_node_cli_loads_no_torch() -> None:
     code = (
-        "import sys, bench.machine, bench.launchers.on_node, bench.launchers.ssh, "
-        "bench.launchers.slurm, bench.launchers.local; print('torch' in sys.modules)"
+        "import sys, bench.machine, bench.launchers.on_node, bench.launchers.cluster, "
+        "bench.launchers.sites, bench.launchers.local; print('torch' in sys.modules)"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.stdout.strip() == "False", done.stderr
@@ -135,45 +132,9 @@ def test_a_missing_component_is_a_mismatch_only_when_it_matters() -> None:
 # ---------------------------------------------------------------- the node-side CLI
 
 
-def _main(argv: list[str], stdin: str, monkeypatch, capsys) -> tuple[int, str, str]:
-    monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
-    rc = node_cli.main(argv)
-    out = capsys.readouterr()
-    return rc, out.out, out.err
-
-
-def _survey_line(label: str, **fields: object) -> str:
-    data = {"hostname": label, "python": "3.11.7", "torch": "2.13.0", "interface": "eth0"}
-    data.update(fields)
-    return f"{label}: {machine.SURVEY_MARKER} {json.dumps(data)}\n"
-
-
-def test_job_step_check_reads_srun_labelled_lines(monkeypatch, capsys) -> None:
-    lines = _survey_line("n1") + _survey_line("n2", interface="ib0") + "n2: unrelated\n"
-    rc, out, err = _main(
-        ["check-versions", "--nodes", "2", "--print-interfaces"], lines, monkeypatch, capsys
-    )
-    assert rc == 0 and out.strip() == "eth0,ib0" and "2 node(s) agree" in err
-    rc, _, err = _main(["check-versions", "--nodes", "3"], lines, monkeypatch, capsys)
-    assert rc == 3 and "2 of 3 nodes answered" in err
-    bad = _survey_line("n1") + _survey_line("n2", torch="2.12.0")
-    rc, _, err = _main(["check-versions", "--components", "torch"], bad, monkeypatch, capsys)
-    assert rc == 3 and "torch: 2.13.0 on n1; 2.12.0 on n2" in err
-
-
-def test_survey_exports_for_job_steps_keep_a_users_choice(monkeypatch, capsys) -> None:
-    rc, out, _ = _main(
-        ["survey", "127.0.0.1", "--exports", "GLOO_SOCKET_IFNAME"], "", monkeypatch, capsys
-    )
-    assert rc == 0
-    env = {k: v for k, v in os.environ.items() if k != "GLOO_SOCKET_IFNAME"}
-    show = out + 'echo "$GLOO_SOCKET_IFNAME $BENCH_NODE_ADDR"'
-    assert (
-        subprocess.run(["sh", "-c", show], env=env, capture_output=True, text=True).stdout
-        == "lo 127.0.0.1\n"
-    )
-    env["GLOO_SOCKET_IFNAME"] = "ib0"
-    assert (
-        subprocess.run(["sh", "-c", show], env=env, capture_output=True, text=True).stdout
-        == "ib0 127.0.0.1\n"
-    )
+def test_the_node_cli_prints_one_marked_survey_line_with_the_route(capsys) -> None:
+    assert node_cli.main(["survey", "127.0.0.1", "--route-only"]) == 0
+    out = capsys.readouterr().out
+    info = parse_survey_output("here", out)
+    assert (info.interface, info.address) == ("lo", "127.0.0.1")
+    assert out.startswith(machine.SURVEY_MARKER + " ") and len(out.splitlines()) == 1

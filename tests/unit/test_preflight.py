@@ -82,10 +82,10 @@ def test_slurm_tools_must_be_on_path(tmp_path: Path, monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("PATH", fake_tools(tmp_path / "bin", "srun"))
     slurm = cluster(slurm=True)
     assert preflight.cluster_problems(slurm) == [
-        "--slurm: sbatch not found on PATH: run the sweep on a Slurm login node (or load "
-        "Slurm's module), or use --hosts"
+        "--slurm: scontrol not found on PATH: run the sweep inside a Slurm allocation (sbatch "
+        "or salloc; load Slurm's module), or use --hosts"
     ]
-    monkeypatch.setenv("PATH", fake_tools(tmp_path / "bin", "sbatch"))
+    monkeypatch.setenv("PATH", fake_tools(tmp_path / "bin", "scontrol"))
     assert preflight.cluster_problems(slurm) == []
 
 
@@ -119,12 +119,12 @@ def test_slurm_without_its_tools_starts_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], cpu: None
 ) -> None:
     monkeypatch.setenv("PATH", fake_tools(tmp_path / "bin") + os.pathsep + "/usr/bin:/bin")
-    if shutil.which("sbatch"):
-        pytest.skip("sbatch is installed here")
+    if shutil.which("srun") or shutil.which("scontrol"):
+        pytest.skip("Slurm's tools are installed here")
     out = tmp_path / "results"
     assert scaling.main(["--slurm", "--nodes", "1", "--out", str(out), "--no-progress"]) == 2
     err = capsys.readouterr().err
-    assert "--slurm: sbatch and srun not found on PATH" in err and "Traceback" not in err
+    assert "--slurm: srun and scontrol not found on PATH" in err and "Traceback" not in err
     assert not out.exists()  # no sweep directory, no rows
 
 

@@ -12,14 +12,13 @@ from pathlib import Path
 
 import pytest
 from bench_builders import config_for, cpu_machine
-from slurm_queue_standin import FakeQueue
 
 from bench import resume
 from bench.config import ConfigError
 from bench.hosts import ClusterConfig
 from bench.launchers import SWEEP_TAG_VAR
+from bench.launchers.sites import Site, SlurmSite, SshSite
 from bench.launchers.stop import StopPolicy, stop_script
-from bench.launchers.transport import SshOptions
 from bench.options import parse_request
 from bench.results import ResultStore
 from bench.resume import open_saved
@@ -50,15 +49,15 @@ class FakeNodes:
 
     def __init__(self, answers: dict[str, tuple[int, str, str]]) -> None:
         self.answers = answers
-        self.calls: list[tuple[str, str, SshOptions]] = []
+        self.calls: list[tuple[str, str, Site]] = []
 
-    def run_on_host(self, host: str, command: str, options: SshOptions, timeout_s: float):  # type: ignore[no-untyped-def]
-        self.calls.append((host, command, options))
+    def run_on_host(self, host: str, command: str, site: Site, timeout_s: float):  # type: ignore[no-untyped-def]
+        self.calls.append((host, command, site))
         rc, out, err = self.answers[host]
         return subprocess.CompletedProcess(["ssh", host], rc, out, err)
 
     def stop_tagged(self, tag_var: str, tag: str, policy: StopPolicy) -> list[int]:
-        self.calls.append(("this machine", f"{tag_var}={tag}", SshOptions()))
+        self.calls.append(("this machine", f"{tag_var}={tag}", SshSite()))
         return []
 
 
@@ -110,7 +109,9 @@ def test_resume_runs_the_stop_script_on_every_host_of_the_sweep_first(
     saved.lock.release()
     script = stop_script(SWEEP_TAG_VAR, "sweep-h1", QUICK, describe=True)
     assert sorted(c[:2] for c in nodes.calls[:2]) == [("gpu01", script), ("gpu02", script)]
-    assert all(c[2].port == 2222 and c[2].user == "u" for c in nodes.calls[:2])  # its ssh
+    assert all(
+        c[2].options.port == 2222 and c[2].options.user == "u" for c in nodes.calls[:2]
+    )  # its ssh
     assert nodes.calls[2][:2] == ("this machine", f"{SWEEP_TAG_VAR}=sweep-h1")  # then here
     err = capsys.readouterr().err
     assert "gpu02: an earlier controller left processes of this sweep there:" in err
@@ -135,16 +136,45 @@ def test_an_unreachable_host_refuses_the_resume_naming_it(
     assert not (tmp_path / "s" / LOCK_NAME).exists()  # the lock is given back
 
 
-def test_a_slurm_or_single_machine_sweep_reaches_no_host(
+def test_a_single_machine_sweep_reaches_no_host(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # a Slurm sweep asks the queue for its jobs instead (tests/unit/test_slurm_leftovers.py)
-    queue = FakeQueue(tmp_path / "slurm-queue", [])
-    monkeypatch.setenv("PATH", queue.path(os.environ["PATH"]))
-    for name, cluster in (("slurm", dataclasses.replace(CLUSTER, slurm=True)), ("local", None)):
-        saved_sweep(tmp_path / name, f"sweep-{name}", cluster)
-        nodes = FakeNodes({})
-        saved = resume_with(nodes, tmp_path / name, monkeypatch)
-        assert saved is not None
-        saved.lock.release()
-        assert [c[0] for c in nodes.calls] == ["this machine"]
+    saved_sweep(tmp_path / "local", "sweep-local")
+    nodes = FakeNodes({})
+    saved = resume_with(nodes, tmp_path / "local", monkeypatch)
+    assert saved is not None
+    saved.lock.release()
+    assert [c[0] for c in nodes.calls] == ["this machine"]
+
+
+# Stand-in for Slurm's scontrol: `scontrol show hostnames LIST` prints one node name per line
+# (scontrol(1), Slurm 22.05.8, Debian 12's slurm-client, checked 2026-11-25).
+STANDIN_SCONTROL = '#!/bin/sh\n[ "$1 $2 $3" = "show hostnames n[1-2]" ] && printf "n1\\nn2\\n"\n'
+
+
+def test_a_slurm_sweep_stops_its_leftovers_on_the_allocations_nodes_through_srun(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Resumed inside an allocation: the stop script runs as an srun step on each of its nodes
+    (a sweep resumed in another allocation finds nothing there: Slurm ended the old one's
+    steps with it)."""
+    standin = tmp_path / "bin" / "scontrol"
+    standin.parent.mkdir()
+    standin.write_text(STANDIN_SCONTROL)
+    standin.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{standin.parent}:{os.environ['PATH']}")
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    monkeypatch.setenv("SLURM_JOB_NODELIST", "n[1-2]")
+    slurm = dataclasses.replace(CLUSTER, hosts=(), slurm=True)
+    saved_sweep(tmp_path / "s", "sweep-s", slurm)
+    left = "stopping 77 python -m bench.rank.worker\n"
+    nodes = FakeNodes({"n1": (0, left, ""), "n2": (0, "", "")})
+    saved = resume_with(nodes, tmp_path / "s", monkeypatch)
+    assert saved is not None
+    saved.lock.release()
+    assert [c[0] for c in nodes.calls] == ["n1", "n2", "this machine"]
+    assert {c[2] for c in nodes.calls[:2]} == {SlurmSite("4242")}
+    assert f"{SWEEP_TAG_VAR}=sweep-s" in nodes.calls[0][1]
+    monkeypatch.delenv("SLURM_JOB_ID")
+    with pytest.raises(ConfigError, match="inside one Slurm allocation"):
+        resume_with(FakeNodes({}), tmp_path / "s", monkeypatch)

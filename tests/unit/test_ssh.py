@@ -27,24 +27,24 @@ from bench.config import Environment, HorovodStatus
 from bench.hosts import ClusterConfig, parse_hosts
 from bench.launchers import RUN_TAG_VAR, ExecResult, launch_of, new_tag
 from bench.launchers.argv import NodeCommand, torchrun_argv
+from bench.launchers.cluster import ClusterLauncher
 from bench.launchers.logs import failure_reason
 from bench.launchers.multinode import kill_run, run_on_nodes
-from bench.launchers.ssh import SshLauncher
-from bench.launchers.stop import StopPolicy
-from bench.launchers.transport import (
+from bench.launchers.sites import (
     REMOTE_SCRATCH,
     FetchError,
     HostUnreachableError,
     SshOptions,
+    SshSite,
     check_reachable,
     fetch_dir,
-    host_argv,
     remote_run_dir,
     remove_remote_dir,
     run_on_host,
     shell_command,
     ssh_argv,
 )
+from bench.launchers.stop import StopPolicy
 from bench.launchers.versions import VersionMismatchError
 from bench.machine import NodeInfo
 from bench.plan import plan_sweep
@@ -142,10 +142,10 @@ def test_node_side_timeout_backstop() -> None:
 
 
 def test_localhost_runs_without_ssh() -> None:
-    assert host_argv("localhost", "echo hi", SshOptions()) == ["sh", "-c", "echo hi"]
-    done = run_on_host("localhost", "echo hi; echo err >&2", SshOptions(), 10)
+    assert SshSite().argv("localhost", "echo hi") == ["sh", "-c", "echo hi"]
+    done = run_on_host("localhost", "echo hi; echo err >&2", SshSite(), 10)
     assert (done.returncode, done.stdout, done.stderr) == (0, "hi\n", "err\n")
-    slow = run_on_host("localhost", "sleep 5", SshOptions(), 0.5)
+    slow = run_on_host("localhost", "sleep 5", SshSite(), 0.5)
     assert slow.returncode == 124 and "timed out after 0.5s" in slow.stderr
 
 
@@ -157,9 +157,9 @@ def _closed_loopback_port() -> int:
 
 def test_unreachable_hosts_are_named_with_ssh_reason() -> None:
     options = SshOptions(port=_closed_loopback_port(), connect_timeout_s=5)
-    check_reachable(["localhost"], options)  # this machine needs no ssh
+    check_reachable(["localhost"], SshSite(options))  # this machine needs no ssh
     with pytest.raises(HostUnreachableError) as err:
-        check_reachable(["localhost", "127.0.0.2"], options, timeout_s=20)
+        check_reachable(["localhost", "127.0.0.2"], SshSite(options), timeout_s=20)
     message = str(err.value)
     assert "cannot reach 1 of 2 host(s)" in message
     assert "127.0.0.2: ssh: connect to host 127.0.0.2 port" in message
@@ -170,7 +170,7 @@ def test_unreachable_hosts_are_named_with_ssh_reason() -> None:
 # ---------------------------------------------------------------- what each launch gets
 
 
-def ssh_launcher(**overrides: object) -> SshLauncher:
+def ssh_launcher(**overrides: object) -> ClusterLauncher:
     fields: dict[str, object] = {
         "hosts": (("gpu01", 8), ("gpu02", 8)),
         "node_counts": (1, 2),
@@ -183,7 +183,7 @@ def ssh_launcher(**overrides: object) -> SshLauncher:
     }
     fields.update(overrides)
     forwarded_and_not = {"NCCL_IB_HCA": "mlx5", "HOME": "/x"}
-    launcher = SshLauncher(ClusterConfig(**fields), environ=forwarded_and_not)  # type: ignore[arg-type]
+    launcher = ClusterLauncher(ClusterConfig(**fields), environ=forwarded_and_not)  # type: ignore[arg-type]
     gpu_stack = {
         "gpus": 8,
         "gpu_name": "NVIDIA H100",
@@ -200,7 +200,7 @@ def ssh_launcher(**overrides: object) -> SshLauncher:
     return launcher
 
 
-def two_node_specs(launcher: SshLauncher):  # type: ignore[no-untyped-def]
+def two_node_specs(launcher: ClusterLauncher):  # type: ignore[no-untyped-def]
     config = config_for(["--model", "resnet18", "--launchers", "ddp,horovod"], cpu_machine())
     config = dataclasses.replace(config, cluster=launcher.cluster)
     ddp, horovod = [s for s in plan_sweep(config, "s", (), 2) if s.placement == TWO][:2]
@@ -336,7 +336,7 @@ def test_cleanup_kills_exactly_the_runs_processes() -> None:
     assert ours.stdout and decoy.stdout
     our_child, decoy_child = int(ours.stdout.readline()), int(decoy.stdout.readline())
     try:
-        results = kill_run(["localhost"], "run-a", SshOptions(), StopPolicy(grace_s=5))
+        results = kill_run(["localhost"], "run-a", SshSite(), StopPolicy(grace_s=5))
         assert results["localhost"].returncode == 0
         ours.wait(timeout=10)
         deadline = time.monotonic() + 10
@@ -358,7 +358,7 @@ def test_a_failing_node_stops_the_others(tmp_path: Path) -> None:
     ]
     result = run_on_nodes(
         commands,
-        SshOptions(),
+        SshSite(),
         tag="gsb-unit-fail",
         timeout_s=60,
         log_dir=tmp_path,
@@ -380,7 +380,7 @@ def test_an_overrunning_run_times_out_on_every_node(tmp_path: Path) -> None:
     commands = [NodeCommand("localhost", ("sleep", "300"), {"X": "1"})]
     result = run_on_nodes(
         commands,
-        SshOptions(),
+        SshSite(),
         tag="gsb-unit-timeout",
         timeout_s=0.5,
         log_dir=tmp_path,
@@ -397,7 +397,7 @@ def test_an_overrun_is_stopped_on_the_node_with_the_common_policy(tmp_path: Path
     commands = [NodeCommand("localhost", ("sh", "-c", stubborn))]
     result = run_on_nodes(
         commands,
-        SshOptions(),
+        SshSite(),
         tag="gsb-unit-stubborn",
         timeout_s=1,
         log_dir=tmp_path,
@@ -414,7 +414,7 @@ def test_success_needs_no_cleanup(tmp_path: Path) -> None:
     ]
     result = run_on_nodes(
         commands,
-        SshOptions(),
+        SshSite(),
         tag="gsb-unit-ok",
         timeout_s=30,
         log_dir=tmp_path / "logs",
@@ -429,16 +429,16 @@ def test_fetch_from_this_machine_and_scratch_guard(tmp_path: Path) -> None:
     (source / "sub").mkdir(parents=True)
     (source / "rank0.json").write_text("{}")
     (source / "sub" / "log.txt").write_text("x")
-    files = fetch_dir("localhost", str(source), tmp_path / "dest", SshOptions())
+    files = fetch_dir("localhost", str(source), tmp_path / "dest", SshSite())
     assert [p.relative_to(tmp_path / "dest").as_posix() for p in files] == [
         "rank0.json",
         "sub/log.txt",
     ]
     with pytest.raises(FetchError, match="no result directory"):
-        fetch_dir("localhost", str(tmp_path / "none"), tmp_path / "d2", SshOptions())
+        fetch_dir("localhost", str(tmp_path / "none"), tmp_path / "d2", SshSite())
     for bad in ("/tmp/other", REMOTE_SCRATCH + "/../etc", "/"):
         with pytest.raises(ValueError, match="refusing to delete"):
-            remove_remote_dir("localhost", bad, SshOptions())
+            remove_remote_dir("localhost", bad, SshSite())
     assert remote_run_dir("r1", "gpu01") == f"{REMOTE_SCRATCH}/r1/gpu01"
 
 

@@ -1,16 +1,24 @@
-"""The ssh backend (--hosts): torchrun on every node, each started over ssh and meeting at a
-c10d rendezvous on the first node, or horovodrun on the first node, which starts the other
-nodes' ranks over ssh itself.
+"""The multi-node backend: --hosts nodes reached over ssh, or --slurm, the nodes of the Slurm
+allocation the sweep runs in, each command an srun step on its node (bench.launchers.sites).
 
-Before the sweep every host must answer over ssh and run the bench's Python, and the software
-that must match does (the survey, bench.machine, run on each node). Each launch's commands come
-from the shared argv builders with what only the survey can tell (each node's address and
-interface toward the rendezvous host); bench.launchers.multinode runs them with a deadline and stops
-what is left on every node; each node's per-rank logs are copied back.
+torchrun on every node, meeting at a c10d rendezvous on the first node, or horovodrun on the
+first node, which starts the other nodes' ranks over ssh itself (under Slurm too, as on any
+cluster that lets a job ssh into its own nodes: pam_slurm_adopt).
+
+Before the sweep every host must answer through its site and run the bench's Python, and the
+software that must match does (the survey, bench.machine, run on each node). Each launch's
+commands come from the shared argv builders with what only the survey can tell (each node's
+address and interface toward the rendezvous host); bench.launchers.multinode runs them with a
+deadline and stops what is left on every node; each node's per-rank logs are copied back.
+
+Under Slurm the sweep is planned on stand-in hosts (slurm-node1, ...: the allocation is not
+known when a sweep is planned, and a resumed sweep may run in another one); each launch runs on
+the first nodes of the allocation, and its row records the nodes it ran on.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shlex
 from collections.abc import Mapping, Sequence
@@ -39,11 +47,11 @@ from bench.launchers.argv import (
 from bench.launchers.docker import Containers, container_name
 from bench.launchers.multinode import MultiNodeResult, run_on_nodes
 from bench.launchers.on_node import MODULE as NODE_MODULE
-from bench.launchers.stop import STOP, StopPolicy
-from bench.launchers.transport import (
+from bench.launchers.sites import (
     FetchError,
     HostUnreachableError,
-    SshOptions,
+    Site,
+    SlurmSite,
     check_reachable,
     fetch_dir,
     last_line,
@@ -52,12 +60,15 @@ from bench.launchers.transport import (
     remove_remote_dir,
     run_on_host,
     shell_command,
+    site_for,
+    slurm_allocation,
     ssh_options_for,
 )
+from bench.launchers.stop import STOP, StopPolicy
 from bench.launchers.versions import check_versions, components_for
 from bench.machine import NodeInfo, environment_of, survey_records
 from bench.paths import bench_pythonpath
-from bench.spec import Placement, ProbeSpec, RunSpec, format_hosts
+from bench.spec import HostSlots, Placement, ProbeSpec, RunSpec, format_hosts
 
 
 def survey_command(python: str, target: str, workdir: str | None, versions: bool = True) -> str:
@@ -78,7 +89,7 @@ def parse_survey_output(host: str, stdout: str) -> NodeInfo:
 
 def collect_node_info(
     hosts: Sequence[str],
-    options: SshOptions,
+    site: Site,
     python: str,
     *,
     workdir: str | None,
@@ -87,7 +98,7 @@ def collect_node_info(
 ) -> dict[str, NodeInfo]:
     """Survey every node at once; a node that cannot run the survey is a RemoteError."""
     command = survey_command(python, rendezvous_host or hosts[0], workdir)
-    results = on_all(hosts, lambda h: run_on_host(h, command, options, timeout_s))
+    results = on_all(hosts, lambda h: run_on_host(h, command, site, timeout_s))
     failed = {h: r for h, r in results.items() if r.returncode != 0}
     if failed:
         lines = [
@@ -111,8 +122,9 @@ def collect_node_info(
     return infos
 
 
-class SshLauncher:
-    """Runs a sweep's launches across --hosts over ssh (see the module docstring)."""
+class ClusterLauncher:
+    """Runs a sweep's launches across --hosts nodes or a Slurm allocation's (see the module
+    docstring)."""
 
     def __init__(
         self,
@@ -121,7 +133,12 @@ class SshLauncher:
         policy: StopPolicy = STOP,
     ) -> None:
         self.cluster = cluster
-        self.ssh = ssh_options_for(cluster)
+        self.ssh = ssh_options_for(cluster)  # horovodrun's, under Slurm too
+        self.site: Site = site_for(cluster, environ)
+        # the hosts: --hosts', or the allocation's nodes in Slurm's order
+        self.hosts = (
+            slurm_allocation(environ)[1] if cluster.slurm else host_names(cluster.placement)
+        )
         self.tools = Tools.beside(cluster.remote_python)
         self.policy = policy
         self.infos: dict[str, NodeInfo] = {}
@@ -133,11 +150,10 @@ class SshLauncher:
 
     def survey(self, timeout_s: float = 180) -> dict[str, NodeInfo]:
         """Reachability, then every node's versions and route to the first host."""
-        names = host_names(self.cluster.placement)
-        check_reachable(names, self.ssh)
+        check_reachable(self.hosts, self.site)
         self.infos = collect_node_info(
-            names,
-            self.ssh,
+            self.hosts,
+            self.site,
             self.cluster.remote_python,
             workdir=self.cluster.remote_workdir,
             timeout_s=timeout_s,
@@ -157,10 +173,25 @@ class SshLauncher:
         return env if env.cores else Environment(**{**vars(env), "cores": local.cores})
 
     def check(self, launchers: Sequence[str], device: str) -> None:
-        """Refuse to launch when the nodes differ in what these launchers depend on."""
+        """Refuse to launch when the nodes differ in what these launchers depend on, or the
+        allocation has fewer nodes than the sweep needs."""
         self.gpu = device == "cuda"
+        needed = max(self.cluster.node_counts, default=1)
+        if isinstance(self.site, SlurmSite) and needed > len(self.hosts):
+            raise RemoteError(
+                f"--nodes {needed}: the allocation (job {self.site.job_id}) has "
+                f"{len(self.hosts)} node(s): {', '.join(self.hosts)}"
+            )
         components = dict.fromkeys(c for x in launchers for c in components_for(x, self.gpu))
         check_versions(self.infos, components)
+
+    def placed(self, launch: Launch) -> Launch:
+        """The launch on the hosts it runs on: under Slurm, its stand-ins (slurm-node1, ...)
+        become the allocation's first nodes."""
+        if not isinstance(self.site, SlurmSite):
+            return launch
+        hosts = [HostSlots(h, n.slots) for h, n in zip(self.hosts, launch.placement, strict=False)]
+        return dataclasses.replace(launch, placement=tuple(hosts))
 
     # ---- what each launch's commands get from the survey
 
@@ -254,20 +285,20 @@ class SshLauncher:
         problems = []
         for host, log_dir in log_dirs.items():
             try:
-                fetch_dir(host, log_dir, into / host, self.ssh, timeout_s=120)
+                fetch_dir(host, log_dir, into / host, self.site, timeout_s=120)
             except FetchError as err:
                 problems.append(f"rank logs not fetched: {err}")
-            remove_remote_dir(host, log_dir, self.ssh)
+            remove_remote_dir(host, log_dir, self.site)
         return problems
 
     def run(self, spec: RunSpec | ProbeSpec, timeout_s: float, log_path: Path) -> ExecResult:
-        launch = launch_of(spec)
+        launch = self.placed(launch_of(spec))
         tag = new_tag()
         commands = self.commands(launch, tag)
         node_dir = log_path.with_suffix(".nodes")
         result = run_on_nodes(
             commands,
-            self.ssh,
+            self.site,
             tag=tag,
             timeout_s=timeout_s,
             log_dir=node_dir,
@@ -286,6 +317,7 @@ class SshLauncher:
             output,
             log_path,
             environ=self.interfaces_seen(launch.placement),
+            hosts=format_hosts(launch.placement),
         )
 
 

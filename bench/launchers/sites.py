@@ -1,12 +1,22 @@
-"""Reaching the nodes: ssh command lines, running a short command on a node, checking that
-every node answers, and copying a directory back (or deleting it) on a node.
+"""The site seam: one way to run a command on a machine of the sweep, whatever reaches it.
 
-A node that is this machine is reached through sh instead of ssh.
+A site turns "run this sh command line on HOST" into a command line for this machine:
+
+- `LocalSite`: this machine, through sh;
+- `SshSite`: --hosts nodes over ssh (a node that is this machine through sh);
+- `SlurmSite`: --slurm, the nodes of the Slurm allocation the sweep runs in, each command an
+  `srun` step on its node.
+
+The survey, the version check, the image check, the launches, the stop script and copying a
+node's files back all go through a site; the stop policy is bench.launchers.stop's, the same
+for each. A container is not a site of its own: bench.launchers.docker wraps the command a site
+then runs.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import os
 import re
 import shlex
 import shutil
@@ -15,7 +25,7 @@ import tarfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import Literal, Protocol, TypeVar
 
 from bench.hosts import ClusterConfig, is_local_host
 from bench.launchers import RemoteError
@@ -128,18 +138,120 @@ def shell_command(
     return line
 
 
-def host_argv(host: str, command: str, options: SshOptions) -> list[str]:
-    """Run a shell command line on host: locally through sh when host is this machine."""
-    if is_local_host(host):
+class Site(Protocol):
+    """Runs a sh command line on a host of the sweep."""
+
+    how: str  # how the hosts are reached, for messages ("ssh", "srun")
+
+    def argv(self, host: str, command: str) -> list[str]:
+        """The command line, run here, that runs `command` on `host` (output on its stdout)."""
+        ...
+
+
+@dataclass(frozen=True)
+class LocalSite:
+    """This machine."""
+
+    how: str = "sh"
+
+    def argv(self, host: str, command: str) -> list[str]:
+        if not is_local_host(host):
+            raise ValueError(f"{host} is not this machine")
         return ["sh", "-c", command]
-    return ssh_argv(host, command, options)
+
+
+@dataclass(frozen=True)
+class SshSite:
+    """--hosts: each node over ssh with `options`; a node that is this machine through sh."""
+
+    options: SshOptions = SshOptions()
+    how: str = "ssh"
+
+    def argv(self, host: str, command: str) -> list[str]:
+        if is_local_host(host):
+            return LocalSite().argv(host, command)
+        return ssh_argv(host, command, self.options)
+
+
+# srun(1) of Slurm 22.05.8 (Debian 12's slurm-client, checked 2026-11-25): --jobid runs the
+# step in an existing allocation; --overlap "allows steps to share all resources (CPUs, memory,
+# and GRES) with all other steps", so a survey, a stop script or a copy runs beside a launch's
+# step; "by default, a job step is allocated all of the generic resources that have been
+# requested by the job", so each node's step sees the GPUs the allocation holds there.
+@dataclass(frozen=True)
+class SlurmSite:
+    """--slurm: the nodes of the allocation `job_id`, each command one srun step on its node."""
+
+    job_id: str
+    srun: str = "srun"
+    how: str = "srun"
+
+    def __post_init__(self) -> None:
+        if not re.fullmatch(r"\d+(?:_\d+)?", self.job_id):
+            raise ValueError(f"not a Slurm job id: {self.job_id!r}")
+
+    def argv(self, host: str, command: str) -> list[str]:
+        return [
+            self.srun,
+            f"--jobid={self.job_id}",
+            "--nodes=1",
+            "--ntasks=1",
+            f"--nodelist={host}",
+            "--overlap",
+            "--quiet",
+            "sh",
+            "-c",
+            command,
+        ]
+
+
+class NoAllocationError(RemoteError):
+    pass
+
+
+def slurm_allocation(
+    environ: Mapping[str, str] = os.environ, scontrol: str = "scontrol"
+) -> tuple[str, list[str]]:
+    """(job id, node names in order) of the Slurm allocation this process runs in.
+
+    SLURM_JOB_ID and SLURM_JOB_NODELIST are set in a batch script and under salloc (sbatch(1),
+    salloc(1), "OUTPUT ENVIRONMENT VARIABLES", Slurm 22.05.8, checked 2026-11-25); `scontrol show
+    hostnames` expands the list, one name per line.
+    """
+    job_id, nodelist = environ.get("SLURM_JOB_ID", ""), environ.get("SLURM_JOB_NODELIST", "")
+    if not job_id or not nodelist:
+        raise NoAllocationError(
+            "--slurm runs the sweep inside one Slurm allocation, and this process is in none "
+            "(no SLURM_JOB_ID/SLURM_JOB_NODELIST): submit it with sbatch (bench/README.md has "
+            "the script), or run it from `salloc --nodes=N --exclusive`"
+        )
+    try:
+        done = subprocess.run(
+            [scontrol, "show", "hostnames", nodelist], capture_output=True, text=True, timeout=60
+        )
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise NoAllocationError(f"scontrol show hostnames {nodelist}: {err}") from None
+    nodes = done.stdout.split()
+    if done.returncode != 0 or not nodes:
+        why = last_line(done.stderr or done.stdout)
+        raise NoAllocationError(f"scontrol show hostnames {nodelist}: rc={done.returncode}: {why}")
+    return job_id, nodes
+
+
+def site_for(cluster: ClusterConfig | None, environ: Mapping[str, str] = os.environ) -> Site:
+    """The site a sweep's hosts are reached through."""
+    if cluster is None:
+        return LocalSite()
+    if cluster.slurm:
+        return SlurmSite(slurm_allocation(environ)[0])
+    return SshSite(ssh_options_for(cluster))
 
 
 def run_on_host(
-    host: str, command: str, options: SshOptions, timeout_s: float
+    host: str, command: str, site: Site, timeout_s: float
 ) -> subprocess.CompletedProcess[str]:
     """Run a short command on host and capture its output. A timeout is returned as rc 124."""
-    argv = host_argv(host, command, options)
+    argv = site.argv(host, command)
     try:
         return subprocess.run(
             argv, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL
@@ -151,6 +263,8 @@ def run_on_host(
             text_of(err.stdout),
             text_of(err.stderr) + f"\ntimed out after {timeout_s:g}s",
         )
+    except OSError as err:
+        return subprocess.CompletedProcess(argv, 127, "", f"{argv[0]}: {err.strerror}")
 
 
 def text_of(data: bytes | str | None) -> str:
@@ -183,20 +297,26 @@ def on_all(hosts: Sequence[str], fn: Callable[[str], T], max_workers: int = 16) 
         return {host: futures[host].result() for host in hosts}
 
 
-def check_reachable(hosts: Sequence[str], options: SshOptions, timeout_s: float = 30) -> None:
-    """Every host answers a no-op over ssh, or one error lists each host that did not and why."""
-    remote = [h for h in hosts if not is_local_host(h)]
-    results = on_all(remote, lambda h: run_on_host(h, "true", options, timeout_s))
+def check_reachable(hosts: Sequence[str], site: Site, timeout_s: float = 30) -> None:
+    """Every host answers a no-op, or one error lists each host that did not and why."""
+    remote = [h for h in hosts if not is_local_host(h)] if isinstance(site, SshSite) else hosts
+    results = on_all(remote, lambda h: run_on_host(h, "true", site, timeout_s))
     failed = {h: r for h, r in results.items() if r.returncode != 0}
     if not failed:
         return
     lines = [f"  {h}: {last_line(r.stderr or r.stdout)}" for h, r in failed.items()]
-    port = f" -p {options.port}" if options.port else ""
+    if isinstance(site, SshSite):
+        port = f" -p {site.options.port}" if site.options.port else ""
+        hint = (
+            f"Check with: ssh{port} -o BatchMode=yes HOST true. Every node needs key-based ssh "
+            "from the invoking node (playbooks/bench.yml sets it up)."
+        )
+    else:
+        hint = f"Check with: {shlex.join(site.argv('HOST', 'true'))}"
     raise HostUnreachableError(
-        f"cannot reach {len(failed)} of {len(hosts)} host(s) over ssh (BatchMode, no prompts):\n"
+        f"cannot reach {len(failed)} of {len(hosts)} host(s) through {site.how}:\n"
         + "\n".join(lines)
-        + f"\nCheck with: ssh{port} -o BatchMode=yes HOST true. Every node needs key-based ssh "
-        "from the invoking node (playbooks/bench.yml sets it up)."
+        + f"\n{hint}"
     )
 
 
@@ -206,10 +326,10 @@ def remote_run_dir(tag: str, host: str) -> str:
 
 
 def fetch_dir(
-    host: str, remote_dir: str, local_dir: Path, options: SshOptions, timeout_s: float = 300
+    host: str, remote_dir: str, local_dir: Path, site: Site, timeout_s: float = 300
 ) -> list[Path]:
-    """Copy remote_dir's contents from host into local_dir (a tar stream over ssh; a local copy
-    for this machine). Returns the files now in local_dir that came from it."""
+    """Copy remote_dir's contents from host into local_dir (a tar stream through the site; a
+    local copy for this machine). Returns the files now in local_dir that came from it."""
     local_dir.mkdir(parents=True, exist_ok=True)
     if is_local_host(host):
         source = Path(remote_dir)
@@ -218,7 +338,7 @@ def fetch_dir(
         if source.resolve() != local_dir.resolve():
             shutil.copytree(source, local_dir, dirs_exist_ok=True)
         return sorted(p for p in local_dir.rglob("*") if p.is_file())
-    argv = ssh_argv(host, shlex.join(["tar", "-C", remote_dir, "-cf", "-", "."]), options)
+    argv = site.argv(host, shlex.join(["tar", "-C", remote_dir, "-cf", "-", "."]))
     with subprocess.Popen(
         argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL
     ) as proc:
@@ -246,9 +366,7 @@ def fetch_dir(
     return sorted(p.resolve() for p in names)
 
 
-def remove_remote_dir(
-    host: str, remote_dir: str, options: SshOptions, timeout_s: float = 60
-) -> None:
+def remove_remote_dir(host: str, remote_dir: str, site: Site, timeout_s: float = 60) -> None:
     """Delete a run's scratch directory on host (only paths under REMOTE_SCRATCH)."""
     if not remote_dir.startswith(REMOTE_SCRATCH + "/") or ".." in remote_dir.split("/"):
         raise ValueError(f"refusing to delete {remote_dir!r}: not a bench scratch directory")
@@ -257,4 +375,4 @@ def remove_remote_dir(
     if parent != REMOTE_SCRATCH:
         # The run's directory goes too once its last node directory is gone.
         command += f" && (rmdir {shlex.quote(parent)} 2>/dev/null || true)"
-    run_on_host(host, command, options, timeout_s)
+    run_on_host(host, command, site, timeout_s)
