@@ -140,8 +140,10 @@ def test_build_record_matches_the_environment(host):
         "nccl_version": "2.29.7",
         "cuda_cc_list": ["90"],
         "cxx_standard": cxx_standard(host),
+        # converge.yml builds without debug information (horovod_debug_info: false).
+        "debug_info": False,
     }
-    key = f"horovod-0.28.1_torch-2.13.0+cu130_py3.{minor}_nccl_cxx{cxx_standard(host)}_sm90"
+    key = f"horovod-0.28.1_torch-2.13.0+cu130_py3.{minor}_nccl_cxx{cxx_standard(host)}_sm90_nodebug"
     wheel = host.file(f"/var/cache/gpustack/horovod-wheels/{key}/{record['wheel']}")
     assert wheel.is_file
     assert wheel.sha256sum == record["wheel_sha256"]
@@ -170,6 +172,8 @@ def test_extension_links_nccl_and_cuda_kernels(host):
     # The CUDA kernels are compiled in: nvcc's fatbinary section carries the device code.
     sections = host.check_output(f"readelf -S -W {ext}")
     assert ".nv_fatbin" in sections
+    # Built with horovod_debug_info: false: the wrapper's -g0 overrode RelWithDebInfo's -g.
+    assert ".debug_info" not in sections
 
 
 NCCL_MAPS = """
