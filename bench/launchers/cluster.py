@@ -236,6 +236,10 @@ class ClusterLauncher:
         if launch.image and not kind.containers_across_nodes:  # bench.image_check refuses it first
             raise ValueError(f"{kind.title} across nodes in containers needs sshd in the images")
         if kind.argv is Argv.HOROVODRUN:
+            # On one node horovodrun's hosts are all local, and horovod 0.28.1 then looks for
+            # the interface holding 127.0.0.1 among --network-interfaces (runner/driver/
+            # driver_service.py, get_local_interfaces): naming the node's own interface fails.
+            nics = ",".join(self._interfaces(placement)) if len(placement) > 1 else ""
             argv = horovodrun_argv(
                 self.tools.horovodrun,
                 self.tools.python,
@@ -243,7 +247,7 @@ class ClusterLauncher:
                 hosts=format_hosts(placement),
                 module=launch.module,
                 args=launch.args,
-                network_interfaces=",".join(self._interfaces(placement)),
+                network_interfaces=nics,
                 ssh_port=self.ssh.port,
                 ssh_identity_file=self.ssh.identity_file,
             )

@@ -34,7 +34,7 @@ class StopPolicy:
     last: signal.Signals = signal.SIGKILL
 
     def signal_names(self) -> tuple[str, str]:
-        """("TERM", "KILL"): the names kill, timeout and scancel take."""
+        """("TERM", "KILL"): the names kill and timeout take."""
         return self.first.name.removeprefix("SIG"), self.last.name.removeprefix("SIG")
 
 

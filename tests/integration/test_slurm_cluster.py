@@ -3,8 +3,10 @@
 tests/infra/netns.sh makes the hosts (gss1, gss2 on 10.213.1.0/24, their own subnet so this
 module does not depend on test_multihost.py) and tests/infra/slurm.sh starts munge, slurmctld
 (on the bridge address) and one slurmd per host with a minimal slurm.conf; both are torn down
-afterwards. `python -m bench.scaling --slurm` then submits each configuration with sbatch --wait;
-a controller killed with kill -9 leaves its job running, and --resume cancels it (issue 25).
+afterwards. The sweep runs inside one allocation, as Slurm users run it: scripts/slurm-sweep.sh
+through `sbatch --wait` (the batch script, and so the controller, runs on the first node), and
+from an allocation held by salloc with the controller on this machine, where a controller
+killed with kill -9 leaves its steps running and --resume stops them.
 """
 
 from __future__ import annotations
@@ -20,8 +22,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from integration_support import INFRA, REPO, TINY, require_netns_hosts
-
-from bench.launchers.slurm import parse_scontrol_record
 
 SUBNET = "10.213.1"
 PORT = 2214
@@ -56,159 +56,171 @@ def cluster(tmp_path_factory: pytest.TempPathFactory):
         assert up.returncode == 0, up.stderr
         up = infra("slurm.sh", "up", "netns")
         assert up.returncode == 0, up.stderr
-        yield {**env, "SLURM_CONF": str(base / "slurm" / "slurm.conf")}, base / "netns"
+        # `python` on PATH is this environment's, for the batch script (sbatch passes PATH on)
+        path = f"{Path(sys.executable).parent}:{env['PATH']}"
+        yield {**env, "PATH": path, "SLURM_CONF": str(base / "slurm" / "slurm.conf")}, base
     finally:
         infra("slurm.sh", "down")
         infra("netns.sh", "down")
 
 
+def slurm(env: dict[str, str], *argv: str, timeout: float = 60) -> str:
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, f"{' '.join(argv)}: {done.stderr}"
+    return done.stdout
+
+
 def test_slurm_cluster_is_real(cluster) -> None:
     env, _ = cluster
-    done = subprocess.run(
-        ["sinfo", "-h", "-N", "-o", "%N %T"], env=env, capture_output=True, text=True, timeout=30
-    )
-    assert done.stdout.split("\n")[:2] == ["gss1 idle", "gss2 idle"]
+    assert slurm(env, "sinfo", "-h", "-N", "-o", "%N %T").split("\n")[:2] == [
+        "gss1 idle",
+        "gss2 idle",
+    ]
 
 
 @pytest.mark.usefixtures("horovod")
-def test_sweep_through_slurm_runs_ddp_and_horovod_on_two_nodes(cluster, tmp_path: Path) -> None:
-    env, netns = cluster
-    done = subprocess.run(
-        [
+def test_sbatch_of_the_sweep_runs_ddp_and_horovod_inside_one_allocation(
+    cluster, tmp_path: Path
+) -> None:
+    env, base = cluster
+    out = tmp_path / "out"
+    log = tmp_path / "job.out"
+    job = slurm(
+        env,
+        "sbatch",
+        "--wait",
+        "--parsable",
+        "--nodes=2",
+        f"--output={log}",
+        str(REPO / "scripts" / "slurm-sweep.sh"),
+        *TINY,
+        "--out",
+        str(out),
+        "--nodes",
+        "1,2",
+        "--gpus-per-node",
+        "1",
+        "--launchers",
+        "ddp,horovod",
+        "--repeats",
+        "1",
+        "--no-probe",
+        "--timeout",
+        "180",
+        # horovodrun on the first node reaches the other over ssh with the hosts' test key
+        "--ssh-port",
+        str(PORT),
+        "--ssh-identity-file",
+        str(base / "netns" / "id_ed25519"),
+        timeout=900,
+    ).strip()
+    text = log.read_text()
+    assert f"bench: sweep {out}" in text, text[-4000:]
+    (directory,) = [d for d in out.iterdir() if d.is_dir()]
+    rows = pd.read_parquet(directory / "runs.parquet").to_dict("records")
+    by_config = {(r["launcher"], r["nodes"]): r for r in rows}
+    assert set(by_config) == {("ddp", 1), ("ddp", 2), ("horovod", 1), ("horovod", 2)}, text
+    for (launcher, nodes), run in by_config.items():
+        assert run["status"] == "ok", (launcher, nodes, run["error"])
+        # the allocation's first nodes, as the ranks reported them
+        assert run["hosts"] == ("gss1:1,gss2:1" if nodes == 2 else "gss1:1")
+        assert run["images"] == run["global_batch"] * 3
+    assert by_config[("ddp", 2)]["interconnect"] == "tcp (gloo, eth0)"
+    assert by_config[("horovod", 2)]["interconnect"] == "tcp (gloo, eth0)"
+    # one allocation for the whole sweep: the controller ran in it, on its first node
+    meta = json.loads((directory / "sweep.json").read_text())
+    assert meta["system"]["nodes"][0]["host"] == "gss1"
+    assert slurm(env, "scontrol", "show", "job", "-o", job).count("JobState=COMPLETED") == 1
+
+
+def allocation(env: dict[str, str], nodes: int) -> tuple[subprocess.Popen, dict[str, str]]:
+    """An allocation held by salloc (its command sleeps); the environment a process inside it
+    has (SLURM_JOB_ID, SLURM_JOB_NODELIST, as salloc sets them for its command)."""
+    holder = subprocess.Popen(
+        ["salloc", f"--nodes={nodes}", "sh", "-c", "env; sleep 600"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    assert holder.stdout is not None
+    inside: dict[str, str] = {}
+    deadline = time.monotonic() + 120
+    for line in holder.stdout:
+        key, _, value = line.rstrip("\n").partition("=")
+        if key in ("SLURM_JOB_ID", "SLURM_JOB_NODELIST"):
+            inside[key] = value
+        if len(inside) == 2 or time.monotonic() > deadline:
+            break
+    assert len(inside) == 2, "salloc granted no allocation"
+    return holder, {**env, **inside}
+
+
+def test_resume_in_the_allocation_stops_the_steps_a_killed_controller_left(
+    cluster, tmp_path: Path
+) -> None:
+    """kill -9 of the controller mid-launch: its srun step and the ranks in it live on; --resume
+    in the same allocation stops them through srun on each node, then runs the launch again."""
+    env, _ = cluster
+    holder, inside = allocation(env, 1)
+    try:
+        out = tmp_path / "out"
+        argv = [
             sys.executable,
             "-m",
             "bench.scaling",
             *TINY,
             "--out",
-            str(tmp_path / "out"),
+            str(out),
             "--slurm",
             "--nodes",
-            "2",
+            "1",
             "--gpus-per-node",
             "1",
             "--launchers",
-            "ddp,horovod",
+            "ddp",
             "--repeats",
             "1",
             "--no-probe",
             "--timeout",
-            "180",
-            # horovodrun inside the job reaches the other node over ssh with the hosts' test key
-            "--ssh-port",
-            str(PORT),
-            "--ssh-identity-file",
-            str(netns / "id_ed25519"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=env,
-        cwd=REPO,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    (directory,) = [d for d in (tmp_path / "out").iterdir() if d.is_dir()]
-    runs = {
-        r["launcher"]: r for r in pd.read_parquet(directory / "runs.parquet").to_dict("records")
-    }
-    assert set(runs) == {"ddp", "horovod"}
-    for launcher, run in runs.items():
-        assert run["status"] == "ok", (launcher, run["error"])
-        assert (run["nodes"], run["gpus_per_node"], run["gpus"]) == (2, 1, 2)
-        # the hosts Slurm allocated, as the ranks reported them
-        assert run["hosts"] == "gss1:1,gss2:1"
-        assert run["interconnect"] == "tcp (gloo, eth0)"
-        assert run["images"] == run["global_batch"] * 3 == 24
-    scripts = sorted((directory / "slurm").glob("job-*.sh"))
-    assert len(scripts) == 2
-    assert all("#SBATCH --nodes=2" in s.read_text() for s in scripts)
-
-
-def queue(env: dict[str, str]) -> dict[str, str]:
-    """This user's queued jobs, job id -> comment, as the bench asks squeue for them."""
-    done = subprocess.run(
-        ["squeue", "--me", "--noheader", "--format=%i %k"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=True,
-    )
-    return dict(line.split(" ", 1) for line in done.stdout.splitlines())
-
-
-def job_state(env: dict[str, str], job_id: str) -> str:
-    """Slurm's JobState for the job (kept MinJobAge=600 s after it ends)."""
-    done = subprocess.run(
-        ["scontrol", "show", "job", "-o", job_id],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    return parse_scontrol_record(done.stdout).get("JobState", done.stderr.strip())
-
-
-def test_resume_cancels_the_job_a_killed_controller_left(cluster, tmp_path: Path) -> None:
-    """kill -9 of the controller mid-job: sbatch --wait and its job live on (the job would run
-    until its --time limit); --resume finds the job by its comment, cancels it, then runs the
-    configuration again."""
-    env, _ = cluster
-    out = tmp_path / "out"
-    argv = [
-        sys.executable,
-        "-m",
-        "bench.scaling",
-        *TINY,
-        "--out",
-        str(out),
-        "--slurm",
-        "--nodes",
-        "1",
-        "--gpus-per-node",
-        "1",
-        "--launchers",
-        "ddp",
-        "--repeats",
-        "1",
-        "--no-probe",
-        "--timeout",
-        "300",
-    ]
-    # rank 0 hangs after warm-up: the job runs until stopped
-    controller = subprocess.Popen(
-        argv,
-        env={**env, "BENCH_INJECT_FAULT": "hang@0"},
-        cwd=REPO,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 240
-        while not (jobs := queue(env)) and time.monotonic() < deadline:
-            assert controller.poll() is None, "the controller ended before its job was queued"
-            time.sleep(1)
-        assert jobs, "no job was queued within 240 s"
-        time.sleep(5)  # into the job's run
+            "300",
+        ]
+        # rank 0 hangs after warm-up: the launch runs until stopped
+        controller = subprocess.Popen(
+            argv,
+            env={**inside, "BENCH_INJECT_FAULT": "hang@0"},
+            cwd=REPO,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            deadline = time.monotonic() + 240
+            while not list(out.glob("*/logs/*.nodes/node0-gss1.log")):
+                assert controller.poll() is None, "the controller ended before its launch began"
+                assert time.monotonic() < deadline, "no launch began within 240 s"
+                time.sleep(1)
+            time.sleep(8)  # into the ranks' run
+        finally:
+            controller.send_signal(signal.SIGKILL)
+            controller.wait(timeout=30)
+        steps = slurm(inside, "squeue", "--steps", "--noheader", "--format=%i %N")
+        assert f"{inside['SLURM_JOB_ID']}." in steps  # the killed controller's step lives on
+        (directory,) = [d for d in out.iterdir() if d.is_dir()]
+        resume = [sys.executable, "-m", "bench.scaling", "--resume", str(directory)]
+        done = subprocess.run(
+            [*resume, "--no-progress"],
+            env=inside,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert done.returncode == 0, done.stderr[-4000:]
+        assert "gss1: an earlier controller left processes of this sweep there:" in done.stderr
+        rows = json.loads((directory / "sweep.json").read_text())["runs"]
+        assert [r["status"] for r in rows] == ["ok"]  # measured again by the resumed controller
+        assert rows[0]["hosts"] == "gss1:1"
     finally:
-        controller.send_signal(signal.SIGKILL)
-        controller.wait(timeout=30)
-    (directory,) = [d for d in out.iterdir() if d.is_dir()]
-    comment = "gpustack-sweep:" + json.loads((directory / "sweep.json").read_text())["sweep_id"]
-    ((job_id, job_comment),) = jobs.items()
-    assert job_comment == comment
-    time.sleep(3)
-    assert job_id in queue(env)  # the controller is gone; its job is not
-    assert job_state(env, job_id) == "RUNNING"
-
-    resume = [sys.executable, "-m", "bench.scaling", "--resume", str(directory), "--no-progress"]
-    done = subprocess.run(resume, env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-4000:]
-    assert f"cancelled 1 Slurm job(s) an earlier controller left ({comment}): {job_id}" in (
-        done.stderr
-    )
-    assert job_id not in queue(env)
-    # ended by the stop policy's SIGTERM to its batch script (Slurm records that as FAILED with
-    # ExitCode 0:15), or cancelled after the grace period
-    assert job_state(env, job_id) in ("FAILED", "CANCELLED")
-    rows = json.loads((directory / "sweep.json").read_text())["runs"]
-    assert [r["status"] for r in rows] == ["ok"]  # measured again by the resumed controller
+        holder.kill()
+        holder.wait(timeout=30)
+        subprocess.run(["scancel", inside.get("SLURM_JOB_ID", "0")], env=env, timeout=30)
