@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import math
 import os
 import resource
 import socket
-import statistics
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -25,7 +23,7 @@ from typing import Any
 
 import torch
 
-from bench.rank import engines, faults, wire
+from bench.rank import engines, faults, timing, wire
 from bench.rank.checkpointing import checkpoint_stages
 from bench.rank.data import Batch, loader_rate, make_batches
 from bench.rank.loaders import LoaderRequest, loader_named
@@ -122,26 +120,6 @@ def timed_window(
     return marks[-1] - marks[0], [b - a for a, b in itertools.pairwise(marks)], data_wait
 
 
-STEADY_TOLERANCE = 0.02  # consecutive warm-up windows whose median step times agree this well
-SETTLE_WINDOW_S = 1.0  # length of one warm-up window once the step time is known
-MIN_WINDOW_STEPS = 5
-
-
-def is_steady(previous_median_s: float | None, median_s: float) -> bool:
-    """Whether a warm-up window's median step time matches the previous window's."""
-    if previous_median_s is None:
-        return False
-    return abs(median_s - previous_median_s) <= STEADY_TOLERANCE * previous_median_s
-
-
-def timed_steps_for(seconds: float | None, step_s: float | None, minimum: int) -> int:
-    """Steps that fill a window of `seconds` at `step_s` per step, never fewer than `minimum`
-    (all of `minimum` when no duration was asked for or no step time is known)."""
-    if not seconds or step_s is None or step_s <= 0:
-        return minimum
-    return max(minimum, math.ceil(seconds / step_s))
-
-
 def warm_up(
     train_step: Callable[[torch.Tensor, torch.Tensor], None],
     batches: Iterator[Batch],
@@ -150,30 +128,15 @@ def warm_up(
     min_steps: int,
     settle_s: float | None,
 ) -> tuple[int, float | None]:
-    """Untimed steps: `min_steps`, then, when `settle_s` is given, windows of about a second
-    until two consecutive windows' median step times agree within STEADY_TOLERANCE on every
-    rank (or `settle_s` seconds have passed). Every rank takes the same decisions (they are
-    gathered), so collectives stay matched. Returns (steps run, the slowest rank's latest median
-    step time, or None when no window was timed)."""
-    for _ in range(min_steps):
-        train_step(*next(batches))
-    if settle_s is None:
-        return min_steps, None
-    steps, window_steps, previous, estimate = min_steps, MIN_WINDOW_STEPS, None, None
-    deadline = time.perf_counter() + settle_s
-    while True:
-        _, step_s, _ = timed_window(train_step, batches, window_steps, device)
-        steps += window_steps
-        median = statistics.median(step_s)
-        verdicts = engine.gather(
-            (is_steady(previous, median), median, time.perf_counter() > deadline)
-        )
-        estimate = max(m for _, m, _ in verdicts)
-        # rank 0's clock decides for all, so every rank stops after the same window
-        if all(ok for ok, _, _ in verdicts) or verdicts[0][2]:
-            return steps, estimate
-        previous = median
-        window_steps = max(MIN_WINDOW_STEPS, math.ceil(SETTLE_WINDOW_S / estimate))
+    """bench.rank.timing.warm_up over this rank's steps: (steps run, the slowest rank's latest
+    median step time, or None when no window was timed)."""
+    return timing.warm_up(
+        lambda: train_step(*next(batches)),
+        lambda steps: timed_window(train_step, batches, steps, device)[1],
+        engine.gather,
+        min_steps,
+        settle_s,
+    )
 
 
 def peak_memory_bytes(device: torch.device) -> int:
@@ -274,7 +237,7 @@ def settle(
             max(0, load.warmup_steps - bool(compile_s)),
             load.timed_seconds or None,
         )
-    timed_steps = timed_steps_for(load.timed_seconds, step_estimate, load.timed_steps)
+    timed_steps = timing.timed_steps_for(load.timed_seconds, step_estimate, load.timed_steps)
     return compile_s, warmup_steps + bool(compile_s), timed_steps
 
 

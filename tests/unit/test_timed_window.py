@@ -8,18 +8,18 @@ from typing import Any
 
 import torch
 
-from bench.rank import worker
+from bench.rank import timing, worker
 
 
 def test_steady_state_and_window_length() -> None:
-    assert not worker.is_steady(None, 0.1)
-    assert worker.is_steady(0.100, 0.1019)
-    assert not worker.is_steady(0.100, 0.103)
-    assert worker.timed_steps_for(None, 0.05, 8) == 8  # fixed step count
-    assert worker.timed_steps_for(0.0, 0.05, 8) == 8  # --timed-seconds 0: fixed too
-    assert worker.timed_steps_for(15.0, 0.035, 8) == 429  # ceil(15 / 0.035)
-    assert worker.timed_steps_for(1.0, 0.5, 8) == 8  # never below the minimum
-    assert worker.timed_steps_for(15.0, None, 8) == 8
+    assert not timing.is_steady(None, 0.1)
+    assert timing.is_steady(0.100, 0.1019)
+    assert not timing.is_steady(0.100, 0.103)
+    assert timing.timed_steps_for(None, 0.05, 8) == 8  # fixed step count
+    assert timing.timed_steps_for(0.0, 0.05, 8) == 8  # --timed-seconds 0: fixed too
+    assert timing.timed_steps_for(15.0, 0.035, 8) == 429  # ceil(15 / 0.035)
+    assert timing.timed_steps_for(1.0, 0.5, 8) == 8  # never below the minimum
+    assert timing.timed_steps_for(15.0, None, 8) == 8
 
 
 class OneRank:
@@ -59,7 +59,7 @@ def test_settling_warm_up_times_windows_and_every_rank_stops_together() -> None:
     calls, step = sleeping_step(0.002)
     engine = OneRank()
     steps, estimate = worker.warm_up(step, endless(), engine, torch.device("cpu"), 2, 5.0)  # type: ignore[arg-type]
-    assert steps == len(calls) >= 2 + 2 * worker.MIN_WINDOW_STEPS  # two windows to compare
+    assert steps == len(calls) >= 2 + 2 * timing.MIN_WINDOW_STEPS  # two windows to compare
     assert estimate is not None and estimate >= 0.002
     # each window's verdict went through gather: (steady?, median step time, past deadline?)
     assert engine.gathered[0][0] is False  # the first window has nothing to compare with
@@ -71,5 +71,5 @@ def test_settling_stops_at_the_deadline() -> None:
     calls, step = sleeping_step(0.001)
     engine = OneRank()
     steps, _ = worker.warm_up(step, endless(), engine, torch.device("cpu"), 0, 0.0)  # type: ignore[arg-type]
-    assert steps == len(calls) == worker.MIN_WINDOW_STEPS  # one window, then out of time
+    assert steps == len(calls) == timing.MIN_WINDOW_STEPS  # one window, then out of time
     assert engine.gathered == [(False, engine.gathered[0][1], True)]

@@ -1,0 +1,66 @@
+"""How long a run warms up and how many steps it times: framework-free, so the PyTorch rank
+(bench.rank.worker) and the TensorFlow rank (bench.rank.keras_worker) follow the same rules.
+
+Warm-up runs `min_steps` untimed steps, then, when a settle time is given, windows of about a
+second until two consecutive windows' median step times agree within STEADY_TOLERANCE on every
+rank (or the settle time has passed); the timed window then lasts --timed-seconds at the
+slowest rank's step time, never fewer steps than --steps.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+STEADY_TOLERANCE = 0.02  # consecutive warm-up windows whose median step times agree this well
+SETTLE_WINDOW_S = 1.0  # length of one warm-up window once the step time is known
+MIN_WINDOW_STEPS = 5
+
+
+def is_steady(previous_median_s: float | None, median_s: float) -> bool:
+    """Whether a warm-up window's median step time matches the previous window's."""
+    if previous_median_s is None:
+        return False
+    return abs(median_s - previous_median_s) <= STEADY_TOLERANCE * previous_median_s
+
+
+def timed_steps_for(seconds: float | None, step_s: float | None, minimum: int) -> int:
+    """Steps that fill a window of `seconds` at `step_s` per step, never fewer than `minimum`
+    (all of `minimum` when no duration was asked for or no step time is known)."""
+    if not seconds or step_s is None or step_s <= 0:
+        return minimum
+    return max(minimum, math.ceil(seconds / step_s))
+
+
+def warm_up(
+    step: Callable[[], None],
+    window: Callable[[int], list[float]],
+    gather: Callable[[Any], list[Any]],
+    min_steps: int,
+    settle_s: float | None,
+) -> tuple[int, float | None]:
+    """Untimed steps (`step()` runs one): `min_steps`, then, when `settle_s` is given, windows
+    (`window(n)` runs n steps and returns their times) until steady on every rank or `settle_s`
+    seconds have passed. Every rank takes the same decisions (`gather` collects every rank's
+    verdict), so collectives stay matched. Returns (steps run, the slowest rank's latest median
+    step time, or None when no window was timed)."""
+    for _ in range(min_steps):
+        step()
+    if settle_s is None:
+        return min_steps, None
+    steps, window_steps, previous = min_steps, MIN_WINDOW_STEPS, None
+    deadline = time.perf_counter() + settle_s
+    while True:
+        step_s = window(window_steps)
+        steps += window_steps
+        median = statistics.median(step_s)
+        verdicts = gather((is_steady(previous, median), median, time.perf_counter() > deadline))
+        estimate = max(m for _, m, _ in verdicts)
+        # rank 0's clock decides for all, so every rank stops after the same window
+        if all(ok for ok, _, _ in verdicts) or verdicts[0][2]:
+            return steps, estimate
+        previous = median
+        window_steps = max(MIN_WINDOW_STEPS, math.ceil(SETTLE_WINDOW_S / estimate))
