@@ -143,6 +143,9 @@ if wants pytest; then
   # DALI for the DALI loader's test with CPU operators (1.1 GB with its dependencies, ~25 s; not
   # part of the bootstrap's quick start). Pinned in constraints.txt.
   step dali python -m pip install -q -c constraints.txt nvidia-dali-cuda120
+  # tensorflow-cpu for the tf launcher's rank tests (274 MB wheel, ~12 s to install here; not
+  # part of the bootstrap's quick start). Pinned in constraints.txt.
+  step tensorflow python -m pip install -q -c constraints.txt tensorflow-cpu
   # pytest exits 5 when it collected nothing: that is a failure of the suite, not a pass.
   # GPUSTACK_REQUIRE_ALL_TESTS=1: a missing prerequisite (Horovod, root for netns, sshd) fails
   # the test instead of skipping it, so the suite cannot go green by skipping.
