@@ -197,7 +197,7 @@ def survey_line(info: Mapping[str, Any]) -> str:
 
 
 def survey_records(lines: Iterable[str]) -> list[dict[str, Any]]:
-    """The survey lines among other output (each possibly prefixed, e.g. by srun's task label)."""
+    """The survey lines among other output (a line may carry a prefix before the marker)."""
     records = []
     for line in lines:
         _, marker, payload = line.partition(SURVEY_MARKER + " ")

@@ -238,10 +238,8 @@ def slurm_allocation(
     return job_id, nodes
 
 
-def site_for(cluster: ClusterConfig | None, environ: Mapping[str, str] = os.environ) -> Site:
-    """The site a sweep's hosts are reached through."""
-    if cluster is None:
-        return LocalSite()
+def site_for(cluster: ClusterConfig, environ: Mapping[str, str] = os.environ) -> Site:
+    """The site a multi-node sweep's hosts are reached through."""
     if cluster.slurm:
         return SlurmSite(slurm_allocation(environ)[0])
     return SshSite(ssh_options_for(cluster))

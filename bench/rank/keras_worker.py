@@ -277,21 +277,6 @@ def peak_memory_bytes(place: Place) -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def runtime() -> dict[str, str]:
-    """Where this rank runs, as it sees it (bench.rank.worker.runtime's fields for TensorFlow)."""
-    try:
-        mounts = os.readlink("/proc/self/ns/mnt")
-    except OSError:
-        mounts = ""
-    return {
-        "python": sys.executable,
-        "tensorflow": tf.__version__,
-        "keras": keras.__version__,
-        "tensorflow_path": os.path.dirname(tf.__file__),
-        "mount_namespace": mounts,
-    }
-
-
 def loader_rate(batches: Iterator, max_batches: int, images_per_batch: int) -> float:
     """Images per second the input pipeline delivers alone (no model) to this worker."""
     start, count = time.perf_counter(), 0
@@ -407,7 +392,11 @@ def main(argv: list[str] | None = None) -> int:
         compile_s=compile_s,
         warmup_steps=warmup_steps,
         loader_images_per_s=loader_images_per_s,
-        runtime=runtime(),
+        runtime=wire.runtime(
+            tensorflow=tf.__version__,
+            keras=keras.__version__,
+            tensorflow_path=os.path.dirname(tf.__file__),
+        ),
     )
     reports = ranks.gather(dataclasses.asdict(report))
     if index == 0:

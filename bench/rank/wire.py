@@ -15,6 +15,7 @@ import dataclasses
 import json
 import os
 import re
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,7 +40,7 @@ class RankReport:
     warmup_steps: int | None = None  # untimed steps actually run (warm-up until steady)
     loader_images_per_s: float | None = None  # real data: the loader alone, after the window
     profile: dict[str, Any] | None = None  # --profile: profiling.profile_steps' summary (rank 0)
-    # where the rank ran, as it saw it (worker.runtime): interpreter, torch, mount namespace
+    # where the rank ran, as it saw it (`runtime`): interpreter, framework, mount namespace
     runtime: dict[str, str] = field(default_factory=dict)
 
 
@@ -93,3 +94,14 @@ def decode(run_id: str, text: str) -> dict[str, Any] | None:
         return json.loads(base64.b64decode("".join(chunks[i] for i in range(1, total + 1))))
     except ValueError:
         return None
+
+
+def runtime(**framework: str) -> dict[str, str]:
+    """Where this rank runs, as it sees it: its interpreter, its framework's fields (version and
+    path) and its mount namespace (a container has its own), so a row shows the environment that
+    really ran (--container)."""
+    try:
+        mounts = os.readlink("/proc/self/ns/mnt")
+    except OSError:
+        mounts = ""
+    return {"python": sys.executable, **framework, "mount_namespace": mounts}

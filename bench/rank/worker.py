@@ -14,7 +14,6 @@ import itertools
 import os
 import resource
 import socket
-import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import nullcontext
@@ -144,21 +143,6 @@ def peak_memory_bytes(device: torch.device) -> int:
     if device.type == "cuda":
         return int(torch.cuda.max_memory_allocated(device))
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
-def runtime() -> dict[str, str]:
-    """Where this rank runs, as it sees it: its interpreter, its torch and its mount namespace
-    (a container has its own), so a row shows the environment that really ran (--container)."""
-    try:
-        mounts = os.readlink("/proc/self/ns/mnt")
-    except OSError:
-        mounts = ""
-    return {
-        "python": sys.executable,
-        "torch": torch.__version__,
-        "torch_path": os.path.dirname(torch.__file__),
-        "mount_namespace": mounts,
-    }
 
 
 @dataclass
@@ -310,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
         warmup_steps=warmup_steps,
         loader_images_per_s=loader_images_per_s,
         profile=profile,
-        runtime=runtime(),
+        runtime=wire.runtime(torch=torch.__version__, torch_path=os.path.dirname(torch.__file__)),
     )
     send_report(spec, engine, info, training.gradient_bytes, timed_steps, report)
     del training  # release the model and loader (its worker processes) before exit_rank
