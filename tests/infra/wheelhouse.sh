@@ -8,6 +8,7 @@
 #                          the CUDA 13.0 build, with the nvidia-* wheels it depends on (NCCL among
 #                          them), PyPI's nvcc/cudart/cccl of the same CUDA 13.0 (`cuda-toolkit` extras),
 #                          CuPy for CUDA 13 (compat.yml's cupy-cuda13x release, ~66 MB per Python),
+#                          tensorflow-cpu (constraints.txt's pin, 274 MB per Python) and its dependencies,
 #                          the other packages and Horovod's sdist. Kept apart because pip prefers
 #                          2.13.0+cpu over 2.13.0 for `torch==2.13.0` when both lie in one directory.
 #   .work/www/installers/  TEST FIXTURE installers with their .sha256 files (see molecule/conda/files),
@@ -40,6 +41,10 @@ sources=(horovod==0.28.1)
 # variant is compiled against that major, with nvcc and cudart from the same CUDA 13.0 release.
 # CuPy: the wheel and release compat.yml names for CUDA 13 (tests/unit/test_compat.py keeps them equal).
 cuda_stack=(torch==2.13.0 torchvision==0.28.0 "cuda-toolkit[nvcc,cudart,cccl]==13.0.3.0" cupy-cuda13x==14.2.0)
+# TensorFlow's CPU build for the scenario's TensorFlow environment (python_env_install_tensorflow), at the
+# pin constraints.txt holds for the tf launcher's tests (the release compat.yml names), with its
+# dependencies (keras, h5py, grpcio, ...), resolved in the same download so they fit the pins above.
+tensorflow=("$(grep -E '^tensorflow-cpu==' "$here/constraints.txt")")
 cuda_pythons=(311 313)
 # A second, older NCCL of the same major: the horovod scenario unpacks its libnccl.so.2 where Ubuntu's
 # libnccl2 puts it, to show which of two real NCCLs a torch process loads.
@@ -63,7 +68,8 @@ fi
 cuda_cache=${cache}-cu13
 mkdir -p "$cuda_cache" "$www/wheels-cu13"
 cuda_stamp=$cuda_cache/.stamp
-cuda_want=$(printf '%s\n' "${cuda_stack[@]}" "${system_nccl[@]}" "${binaries[@]}" "${sources[@]}" "${cuda_pythons[@]}" \
+cuda_want=$(printf '%s\n' "${cuda_stack[@]}" "${tensorflow[@]}" "${system_nccl[@]}" "${binaries[@]}" "${sources[@]}" \
+  "${cuda_pythons[@]}" \
   | sha256sum | cut -c1-16)
 if [ "$(cat "$cuda_stamp" 2>/dev/null)" != "$cuda_want" ]; then
   echo "wheelhouse: downloading the CUDA 13 stack into $cuda_cache (once per machine, ~4 GB)"
@@ -76,7 +82,7 @@ if [ "$(cat "$cuda_stamp" 2>/dev/null)" != "$cuda_want" ]; then
       --platform manylinux_2_24_x86_64 --platform manylinux_2_18_x86_64 --platform manylinux_2_17_x86_64 \
       --platform manylinux2014_x86_64 --platform manylinux_2_12_x86_64 --platform manylinux2010_x86_64 \
       --platform manylinux_2_5_x86_64 --platform manylinux1_x86_64 --platform any \
-      "${cuda_stack[@]}" "${others[@]}"
+      "${cuda_stack[@]}" "${tensorflow[@]}" "${others[@]}"
   done
   "$python" -m pip download --isolated -q --dest "$cuda_cache" --no-deps --no-binary=:all: "${sources[@]}"
   "$python" -m pip download --isolated -q --dest "$cuda_cache" --no-deps --only-binary=:all: \

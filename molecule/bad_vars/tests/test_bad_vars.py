@@ -200,6 +200,27 @@ CASES: dict[str, tuple[dict, str, str]] = {
         "python_env_provider",
         "pip",
     ),
+    # TensorFlow (issue 22): a Python outside the range compat.yml names for its release (the
+    # conda provider's Python; torch 2.15 accepts 3.14), a package with a version, Horovod for it.
+    "TensorFlow with a Python it has no wheel for": (
+        {"python_env_install_tensorflow": True, "python_env_python_version": "3.14"},
+        "python_env_python_version",
+        f"publishes wheels for Python {COMPAT['tensorflow']['min_python']} to "
+        f"{COMPAT['tensorflow']['max_python']} only",
+    ),
+    "TensorFlow package with a version": (
+        {
+            "python_env_install_tensorflow": True,
+            "python_env_tensorflow_package": "tensorflow==2.20.0",
+        },
+        "python_env_tensorflow_package",
+        '"tensorflow==2.20.0"',
+    ),
+    "Horovod for TensorFlow": (
+        {"horovod_with_tensorflow": True},
+        "horovod_with_tensorflow",
+        "horovod/horovod#4290",
+    ),
     # horovod
     "unknown horovod operations": (
         {"horovod_gpu_operations": "mpi"},
@@ -376,6 +397,8 @@ def test_good_variables_pass_the_preflight(instance, playbook, tmp_path):
     good = {
         "good": {},
         "misspelt": {"nvidia_driver_brnach": "550"},
+        # TensorFlow on, with the conda provider's default Python (in TensorFlow's range).
+        "tensorflow": {"python_env_install_tensorflow": True},
         # A branch Canonical does publish for 20.04, with a CUDA release that branch runs.
         "good distro branch (Ubuntu 20.04)": {
             "nvidia_driver_source": "distro",

@@ -12,8 +12,11 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import yaml
+from packaging.version import Version
 
 VENV = "/opt/venvs/train"
+TF_VENV = f"{VENV}-tf"  # python_env_tensorflow_path's default
 PY = f"{VENV}/bin/python"
 RUN_ENV = f"env PATH={VENV}/bin:/usr/sbin:/usr/bin:/sbin:/bin OMP_NUM_THREADS=1"
 SYSTEM_NCCL = "/usr/lib/x86_64-linux-gnu/libnccl.so.2"
@@ -52,6 +55,30 @@ def extension(host):
 def test_venv_uses_the_requested_interpreter(host):
     assert host.file(f"{VENV}/pyvenv.cfg").contains("^home = /usr/bin$")
     assert py(host, "import sys; print(sys.version_info[:2])") == f"(3, {python_minor(host)})"
+
+
+def test_tensorflow_in_its_own_environment(host):
+    # python_env_install_tensorflow: compat.yml's release, in <env>-tf made from the same
+    # interpreter, with the Keras it requires; no GPU here, so it lists none.
+    compat = yaml.safe_load((PROJECT / "compat.yml").read_text())["tensorflow"]
+    tf_python = f"{TF_VENV}/bin/python"
+    assert host.file(f"{TF_VENV}/pyvenv.cfg").contains("^home = /usr/bin$")
+    probe = (
+        "import json, sys, keras, tensorflow as tf; print(json.dumps([sys.version_info[1], "
+        'tf.__version__, keras.__version__, len(tf.config.list_physical_devices("GPU")), '
+        "float(tf.reduce_sum(tf.ones([2, 3])))]))"
+    )
+    out = host.run_expect([0], f"{tf_python} -c '{probe}'").stdout
+    report = json.loads(out)  # TensorFlow logs to stderr
+    minor, tf_version, keras_version, gpus, total = report
+    assert minor == int(python_minor(host))
+    assert tf_version == compat["version"]
+    assert Version(keras_version) >= Version(compat["keras_min"])
+    assert (gpus, total) == (0, 6.0)
+    # TensorFlow stays out of torch's environment, and torch out of TensorFlow's.
+    installed = host.run_expect([0], f"{PY} -m pip list --format=freeze").stdout
+    assert "tensorflow" not in installed.lower()
+    assert "torch==" not in host.run_expect([0], f"{tf_python} -m pip list --format=freeze").stdout
 
 
 def test_cuda_torch_from_the_wheelhouse(host):
