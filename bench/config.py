@@ -25,6 +25,8 @@ from bench.launcher_kinds import (
     DEFAULT_LAUNCHERS,
     LAUNCHER_KINDS,
     LAUNCHERS,
+    NOT_BUILT,
+    TENSORFLOW_PACKAGE,
     LauncherKind,
     launcher_kind,
 )
@@ -67,6 +69,7 @@ class Environment:
     tf32_supported: bool
     cores: int
     horovod: HorovodStatus
+    tensorflow: str | None = None  # the installed TensorFlow's version (every node's), or None
     gpu_capability: tuple[int, int] | None = None  # the smallest node's GPU 0
     gpu_memory_gb: float = 0.0
 
@@ -140,6 +143,7 @@ class BenchConfig:
         "--launchers",
         _launchers_help(),
         values={x: x for x in LAUNCHERS},
+        refused=NOT_BUILT,
         many=True,
         words=",".join(DEFAULT_LAUNCHERS) + "; with Horovod missing its rows are marked "
         "unavailable",
@@ -331,7 +335,14 @@ def horovod_problem(env: Environment, device: str) -> str:
 
 def launcher_problem(kind: LauncherKind, env: Environment, device: str) -> str:
     """Why a launcher cannot run in this environment, or "" if it can: a package it needs."""
-    return horovod_problem(env, device) if kind.needs_horovod else ""
+    if kind.needs_horovod:
+        return horovod_problem(env, device)
+    if kind.framework == TENSORFLOW_PACKAGE and not env.tensorflow:
+        return (
+            "TensorFlow is not installed in this environment (the python_env role adds it when "
+            "asked: roles/python_env/README.md)"
+        )
+    return ""
 
 
 def runs_on_host(config: BenchConfig) -> bool:
@@ -397,7 +408,9 @@ def _feature_problems(config: BenchConfig, env: Environment, models: Sequence[st
                 f"--launchers {name}: {kind.title} runs on one machine only; it cannot span nodes "
                 f"(--hosts/--hostfile/--slurm). Sweep {name} on one node"
             )
-    errors += loader_errors(config.axes["loader"], config.workload.data, config.device)
+    errors += loader_errors(
+        config.axes["loader"], config.workload.data, config.device, launchers=config.launchers
+    )
     return errors
 
 

@@ -2,8 +2,9 @@
 every node, what it can do, and which rank engine trains under it.
 
 Code outside this module asks a launcher's `LauncherKind` (`launcher_kind(name)`) and never
-compares a launcher's name with a string: adding a launcher is one entry here, its engine in
-bench.rank.engines and, if it has a new command line, its builder in bench.launchers.argv.
+compares a launcher's name with a string: adding a launcher is one entry here, its rank module
+(or its engine in bench.rank.engines) and, if it has a new command line, its builder in
+bench.launchers.argv.
 
 Imports nothing from the bench (nor torch): the controller and the ranks both read it.
 """
@@ -17,6 +18,11 @@ from dataclasses import dataclass
 # preflight checks on the machine that runs the ranks (bench.config.horovod_problem).
 TORCH_PACKAGE = "torch"
 HOROVOD_PACKAGE = "horovod"
+TENSORFLOW_PACKAGE = "tensorflow"
+# The rank entry points (python -m MODULE --spec ...): PyTorch's, whatever engine wraps the
+# model, and TensorFlow's.
+TORCH_RANK = "bench.rank.worker"
+TENSORFLOW_RANK = "bench.rank.keras_worker"
 
 
 class Argv(enum.Enum):
@@ -26,6 +32,9 @@ class Argv(enum.Enum):
     TORCHRUN = "torchrun"  # one torchrun agent per node, meeting at a c10d rendezvous
     HOROVODRUN = "horovodrun"  # one horovodrun that starts every rank (-H host:slots)
     PLAIN = "python"  # one process, no launcher
+    # one process per node, no launcher; several nodes find each other through the TF_CONFIG
+    # each process gets (bench.rank.tf_rules.tf_config)
+    PER_NODE = "python-per-node"
 
 
 @dataclass(frozen=True)
@@ -34,8 +43,8 @@ class LauncherKind:
     title: str  # how the report names it
     description: str  # what it is, in --help
     argv: Argv
-    engine: str  # the rank engine that wraps model and optimizer (bench.rank.engines.ENGINES)
-    components: tuple[str, ...]  # the packages it imports on every node
+    engine: str  # what wraps model and optimizer (torch: bench.rank.engines.ENGINES' name)
+    components: tuple[str, ...]  # the packages it imports on every node, its framework first
     multi_node: bool  # can span --hosts/--hostfile/--slurm nodes
     process_per_gpu: bool  # one rank process per GPU; False: one process drives every GPU
     compile: bool  # --compile applies under it
@@ -47,10 +56,16 @@ class LauncherKind:
     # False: after every backward pass (DataParallel sums the replicas' gradients onto GPU 0).
     exchange_per_step: bool
     default: bool  # in the sweep when --launchers is not given
+    module: str = TORCH_RANK  # its ranks' entry point
 
     @property
     def needs_horovod(self) -> bool:
         return HOROVOD_PACKAGE in self.components
+
+    @property
+    def framework(self) -> str:
+        """The framework its ranks train with (a package name: torch, tensorflow)."""
+        return self.components[0]
 
     def processes(self, gpus: int) -> int:
         """The processes it starts to drive `gpus` GPUs (on one node, or in all)."""
@@ -104,7 +119,35 @@ DP = LauncherKind(
     default=False,
 )
 
-LAUNCHER_KINDS: dict[str, LauncherKind] = {k.name: k for k in (DDP, HOROVOD, DP)}
+# Keras 3 on tf.distribute: MirroredStrategy over a node's GPUs in one process, and
+# MultiWorkerMirroredStrategy across nodes (bench.rank.keras_worker); opt-in.
+TF = LauncherKind(
+    name="tf",
+    title="TensorFlow",
+    description="Keras 3, tf.distribute: MirroredStrategy per node, MultiWorkerMirroredStrategy "
+    "across nodes",
+    argv=Argv.PER_NODE,
+    engine="MirroredStrategy",
+    components=(TENSORFLOW_PACKAGE,),
+    multi_node=True,
+    process_per_gpu=False,
+    compile=True,  # --compile on: XLA (jit_compile) per replica
+    fp16_allreduce=False,
+    containers_across_nodes=True,  # each node's process in its image; no ssh between them
+    exchange_per_step=True,
+    default=False,
+    module=TENSORFLOW_RANK,
+)
+
+LAUNCHER_KINDS: dict[str, LauncherKind] = {k.name: k for k in (DDP, HOROVOD, DP, TF)}
+# Launchers users ask for that are deliberately not built, and why (--launchers says so).
+NOT_BUILT: dict[str, str] = {
+    "horovod-tf": (
+        "Horovod 0.28.1 does not work with TensorFlow >= 2.16 / Keras 3 ('Variable' object has no "
+        "attribute 'ref'; horovod/horovod#4290, open, its fix PR #4317 withdrawn; checked "
+        "2026-11-25): compare TensorFlow through the tf launcher (tf.distribute)"
+    ),
+}
 LAUNCHERS: tuple[str, ...] = tuple(LAUNCHER_KINDS)
 DEFAULT_LAUNCHERS: tuple[str, ...] = tuple(k.name for k in LAUNCHER_KINDS.values() if k.default)
 

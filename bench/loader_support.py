@@ -22,8 +22,9 @@ import subprocess
 import sys
 from collections.abc import Callable, Sequence
 
+from bench.launcher_kinds import TORCH_PACKAGE, launcher_kind
 from bench.paths import REPO_ROOT
-from bench.rank.loaders import LOADERS
+from bench.rank.loaders import LOADERS, TF_DATA
 from bench.spec import NO_LOADER, SYNTHETIC
 
 DEFAULT_ORDER = ("dali", "nvjpeg", "torch")
@@ -98,7 +99,7 @@ def loader_problem(
 ) -> str:
     """Why `loader` cannot run a sweep on `device` here, or "" if it can. Tests state a
     machine's facts through the detection functions (default: this machine's)."""
-    if loader == "torch":
+    if loader == "torch" or loader == TF_DATA.name:  # tf.data: wherever TensorFlow is
         return ""
     if loader == "nvjpeg":
         return nvjpeg_problem(device, decode_problem or gpu_decode_problem)
@@ -130,8 +131,11 @@ def loader_errors(
     data: str,
     device: str,
     problem: Callable[[str, str], str] = loader_problem,
+    launchers: Sequence[str] = (),
 ) -> list[str]:
-    """Every reason the sweep's loaders cannot run, as --loader messages."""
+    """Every reason the sweep's loaders cannot run, as --loader messages. --loader picks the
+    torch launchers' pipeline (tf reads --data through tf.data whatever it says), so tf's own
+    loader is refused in a sweep with torch launchers."""
     if data == SYNTHETIC:
         if tuple(loaders) != (NO_LOADER,):
             return [
@@ -141,6 +145,14 @@ def loader_errors(
         return []
     errors = []
     for loader in loaders:
+        framework = LOADERS[loader].framework if loader in LOADERS else TORCH_PACKAGE
+        others = [x for x in launchers if launcher_kind(x).framework != framework]
+        if framework != TORCH_PACKAGE and others:
+            errors.append(
+                f"--loader {loader}: it feeds {framework} ranks only, and {', '.join(others)} "
+                f"cannot read it (tf reads --data through {loader} whatever --loader says)"
+            )
+            continue
         reason = problem(loader, device)
         if reason:
             errors.append(f"--loader {loader}: {reason}")

@@ -104,6 +104,14 @@ def route_to(target: str) -> tuple[str | None, str | None]:
     return address, None
 
 
+def tensorflow_version() -> str | None:
+    """The installed TensorFlow's version, whichever wheel provides the module (tensorflow,
+    tensorflow-cpu); None without one. Reads metadata only: nothing is imported."""
+    for dist in metadata.packages_distributions().get("tensorflow", []):
+        return _dist_version(dist)
+    return None
+
+
 def torch_facts(gpus: bool = True) -> dict[str, Any]:
     """torch's version and CUDA build, the NCCL compiled into it, and (gpus=True) how many GPUs
     it sees, GPU 0's name and compute capability. Querying a GPU initialises CUDA in this
@@ -145,7 +153,9 @@ def survey(target: str = "", versions: bool = True) -> dict[str, Any]:
         "cores": cpu_cores(),
     }
     if versions:
-        info.update(torch_facts(), horovod=_dist_version("horovod"))
+        info.update(
+            torch_facts(), horovod=_dist_version("horovod"), tensorflow=tensorflow_version()
+        )
         info["driver"] = nvidia_driver_version()
         info["driver_branch"] = info["driver"].split(".")[0] if info["driver"] else None
     if target:
@@ -167,6 +177,7 @@ class NodeInfo:
     torch_cuda: str | None = None
     nccl: str | None = None
     horovod: str | None = None
+    tensorflow: str | None = None
     driver: str | None = None
     driver_branch: str | None = None
     gpus: int = 0
@@ -260,6 +271,7 @@ def environment_of(infos: Sequence[NodeInfo], horovod: HorovodStatus) -> Environ
         tf32_supported=tf32_supported(capability),
         cores=min(i.cores for i in infos),
         horovod=horovod,
+        tensorflow=infos[0].tensorflow if all(i.tensorflow for i in infos) else None,
         gpu_capability=capability,
         gpu_memory_gb=min(float(i.gpu_memory_gb or 0.0) for i in infos) if gpus else 0.0,
     )
@@ -273,7 +285,7 @@ def local_environment(python: str = sys.executable, check_horovod: bool = True) 
     memory on GPU 0 for the whole sweep): the GPUs are queried by a child."""
     import torch
 
-    info = survey(versions=False)
+    info = {**survey(versions=False), "tensorflow": tensorflow_version()}
     if torch.cuda.is_available():
         found = _run_json([python, "-c", _GPU_PROBE], timeout_s=180)
         if isinstance(found, str) or not found.get("gpus"):

@@ -41,6 +41,8 @@ def _one_value(k: Knob) -> Callable[[str], Any]:
     """The argparse type reading one value of a knob."""
 
     def parse(text: str) -> Any:
+        if text in k.refused:
+            raise argparse.ArgumentTypeError(f"{text!r} is not built: {k.refused[text]}")
         if k.values is not None:
             if text not in k.values:
                 raise argparse.ArgumentTypeError(f"{text!r}: choose from {', '.join(k.values)}")

@@ -10,12 +10,15 @@ was given in order with `place_ranks`, so the fewest hosts carry each configurat
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from bench.launcher_kinds import launcher_kind
+from bench.launcher_kinds import TENSORFLOW_PACKAGE, launcher_kind
+from bench.rank import tf_rules
 from bench.spec import (
     LOCAL_HOST,
+    SYNTHETIC,
     HostSlots,
     Placement,
     ProbeSpec,
@@ -94,6 +97,8 @@ def why_not_runnable(spec: RunSpec) -> str:
     """Why a planned run cannot be launched as asked ("" when it can): limits of a launcher that
     hold for some configurations only. Such runs become `unavailable` rows with this reason."""
     kind = launcher_kind(spec.launcher)
+    if kind.framework == TENSORFLOW_PACKAGE:
+        return tf_rules.why_not_runnable(spec) or ""
     if spec.variant.compile and not kind.compile:
         return (
             "torch.compile is not applied under nn.DataParallel (it re-replicates the model in "
@@ -106,6 +111,14 @@ def why_not_runnable(spec: RunSpec) -> str:
             "1 rank only"
         )
     return ""
+
+
+def launcher_variant(launcher: str, variant: Variant, data: str) -> Variant:
+    """The variant as `launcher` runs it: the tf launcher reads --data through tf.data whatever
+    --loader says (--loader picks the torch launchers' input pipeline)."""
+    if launcher_kind(launcher).framework == TENSORFLOW_PACKAGE and data != SYNTHETIC:
+        return dataclasses.replace(variant, loader=tf_rules.TF_DATA_LOADER)
+    return variant
 
 
 def plan_sweep(
@@ -121,15 +134,19 @@ def plan_sweep(
     """
     load = config.workload
     scaling = "strong" if config.global_batch is not None else "weak"
-    specs = []
+    specs, planned = [], set()
     for repeat in range(config.repeats):
-        for variant in config.variants():
+        for asked in config.variants():
             for launcher in config.launchers:
+                variant = launcher_variant(launcher, asked, load.data)
                 for placement in placements(config, hosts):
                     ranks = total_slots(placement)
                     # per node: DataParallel is one process however many GPUs it drives
                     processes = launcher_kind(launcher).processes(most_slots(placement))
                     rid = run_id(launcher, ranks, variant, repeat, len(placement))
+                    if rid in planned:  # tf's runs of every --loader are one
+                        continue
+                    planned.add(rid)
                     specs.append(
                         RunSpec(
                             sweep_id=sweep_id,

@@ -15,9 +15,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from bench import stats
-from bench.launcher_kinds import DDP, launcher_kind
+from bench.launcher_kinds import TENSORFLOW_PACKAGE, launcher_kind
 from bench.launchers import ExecResult
-from bench.rank import wire
+from bench.rank import tf_rules, wire
 from bench.rank.telemetry import merge_telemetry
 from bench.schema import ProbeRow, RunRow, Status, knob_values
 from bench.spec import ProbeSpec, RunSpec, most_slots
@@ -69,6 +69,9 @@ def describe_interconnect(
     if len(rank_hosts) < 2:
         return "none (1 rank)"
     multi_host = len(set(rank_hosts)) > 1
+    if backend == "ring":  # TensorFlow's gRPC ring between the workers of a CPU run
+        iface = environ.get("GLOO_SOCKET_IFNAME")
+        return "tcp (grpc ring" + (f", {iface})" if iface else ")")
     if backend == "gloo":
         if not multi_host:
             return "loopback (gloo)"
@@ -122,8 +125,14 @@ def measurements(report: wire.RunReport, spec: RunSpec) -> dict[str, Any]:
         "temperature_c_max": telemetry.get("temperature_c_max"),
         "throttle_reasons": ",".join(telemetry.get("throttle_reasons", [])),
         "rank_python": report.ranks[0].runtime.get("python", ""),
-        "rank_torch": "+".join(sorted({r.runtime.get("torch", "") for r in report.ranks} - {""})),
+        "rank_torch": _versions(report, "torch"),
+        "rank_tensorflow": _versions(report, "tensorflow"),
     }
+
+
+def _versions(report: wire.RunReport, framework: str) -> str:
+    """The framework's versions the ranks ran, "+"-joined ("" when none ran it)."""
+    return "+".join(sorted({r.runtime.get(framework, "") for r in report.ranks} - {""}))
 
 
 def allreduce_mb_per_image(spec: RunSpec, gradient_bytes: int) -> float:
@@ -140,22 +149,36 @@ def allreduce_mb_per_image(spec: RunSpec, gradient_bytes: int) -> float:
     return wire_bytes / (spec.batch_per_gpu * accumulated) / 1e6
 
 
-def expected_backend(device: str, launcher: str = DDP.name) -> str:
-    if not launcher_kind(launcher).process_per_gpu and device != "cuda":
-        return "none"  # DataParallel on CPU: one process, nothing to communicate
+def collective_backend(device: str) -> str:
+    """torch.distributed's backend for the device (bench.rank.engines picks the same)."""
     return "nccl" if device == "cuda" else "gloo"
 
 
+def expected_backend(spec: RunSpec) -> str:
+    """The backend column of a run that reported none (it failed or did not launch)."""
+    kind, device = launcher_kind(spec.launcher), spec.workload.device
+    if kind.framework == TENSORFLOW_PACKAGE:
+        return tf_rules.backend(device == "cuda", spec.nodes, spec.gpus_per_node)
+    if not kind.process_per_gpu and device != "cuda":
+        return "none"  # DataParallel on CPU: one process, nothing to communicate
+    return collective_backend(device)
+
+
 def run_interconnect(spec: RunSpec, report: wire.RunReport, result: ExecResult) -> str:
-    """The interconnect column: what NCCL/gloo used between the ranks, or DataParallel's
-    in-process copies between the GPUs of its one process."""
-    kind = launcher_kind(spec.launcher)
-    if not kind.process_per_gpu:
-        gpus = spec.world_size
-        return f"in-process ({kind.title} over {gpus} GPUs)" if gpus > 1 else "none (1 GPU)"
-    return describe_interconnect(
-        report.backend, [r.host for r in report.ranks], result.output, result.environ or os.environ
-    )
+    """The interconnect column: what NCCL, gloo or TensorFlow's ring used between the GPUs (or
+    CPU processes), or the in-process copies of one process driving them (DataParallel;
+    TensorFlow's ReductionToOneDevice on CPU)."""
+    kind, gpus = launcher_kind(spec.launcher), spec.world_size
+    if kind.process_per_gpu:
+        hosts = [r.host for r in report.ranks]
+    elif kind.framework == TENSORFLOW_PACKAGE and report.backend in ("nccl", "ring"):
+        hosts = [h.host for h in spec.placement for _ in range(h.slots)]  # one per replica
+    elif gpus > 1:
+        devices = "CPU devices" if report.backend == "one-device" else "GPUs"
+        return f"in-process ({kind.title} over {gpus} {devices})"
+    else:
+        return "none (1 GPU)" if spec.workload.device == "cuda" else "none (1 process)"
+    return describe_interconnect(report.backend, hosts, result.output, result.environ or os.environ)
 
 
 def _identity(spec: RunSpec) -> dict[str, Any]:
@@ -230,7 +253,7 @@ def not_measured_row(
         started_at=started_at,
         launch_wall_s=wall_s,
         device_name="",
-        backend=expected_backend(spec.workload.device, spec.launcher),
+        backend=expected_backend(spec),
         interconnect="",
     )
 
@@ -268,7 +291,7 @@ def probe_row(spec: ProbeSpec, result: ExecResult, started_at: str) -> ProbeRow:
             **base,
             status=classify_failure(result).value,
             error="\n".join(lines),
-            backend=expected_backend(spec.device),
+            backend=collective_backend(spec.device),
             interconnect="",
             nbytes=spec.nbytes,
         )

@@ -100,6 +100,7 @@ class Measurements:
     container_digest: str = ""
     rank_python: str = ""
     rank_torch: str = ""
+    rank_tensorflow: str = ""  # the tf launcher's ranks' TensorFlow
 
 
 def knob_columns() -> list[tuple[str, Any]]:

@@ -68,6 +68,7 @@ class Knob:
     `gpu`/`cpu` or, when those are None too, by a rule in bench.config (`default_words`
     then says which). words: the default as the help states it, when not `default` itself.
     values: the accepted words and the value each stands for (choices); else `parse` reads one.
+    refused: words that look like choices but are not built, each with the reason it says.
     switch: an option without a value that sets `not default`. many: a comma list (a Variant
     field's values are each a separate run). repeat: the option may be given again, each value
     kept (a value that may hold commas, such as an ssh -o option). at_least/above: the smallest
@@ -81,6 +82,7 @@ class Knob:
     cpu: Any = None
     words: str = ""
     values: Mapping[str, Any] | None = None
+    refused: Mapping[str, str] = field(default_factory=dict)
     parse: Callable[[str], Any] | None = None
     switch: bool = False
     many: bool = False
@@ -405,8 +407,9 @@ class RunSpec:
 
     @property
     def processes(self) -> int:
-        """Processes the launch starts: one per GPU, except DataParallel's single process."""
-        return launcher_kind(self.launcher).processes(self.world_size)
+        """Processes the launch starts: one per GPU, or one per node for a launcher whose one
+        process drives every GPU of its node (DataParallel, TensorFlow)."""
+        return launcher_kind(self.launcher).processes(self.gpus_per_node) * self.nodes
 
     @property
     def global_batch(self) -> int:

@@ -28,7 +28,6 @@ from bench.paths import REPO_ROOT, bench_pythonpath
 from bench.rank.lifeline import DIE_WITH_PARENT_VAR
 from bench.spec import SYNTHETIC, Placement, ProbeSpec, RunSpec, most_slots, total_slots
 
-WORKER_MODULE = "bench.rank.worker"
 PROBE_MODULE = "bench.rank.probe"
 # Every process of a multi-node launch carries RUN_TAG_VAR=<tag> in its environment (horovodrun
 # forwards its environment to remote ranks): stopping a launch
@@ -75,7 +74,7 @@ class Launch:
 
     launch_id: str  # the run id or the probe id
     launcher: str  # a name in bench.launcher_kinds; probes always use torchrun (ddp)
-    module: str  # the rank entry point, run as python -m MODULE
+    module: str  # the rank entry point, run as python -m MODULE (the kind's, or the probe)
     args: tuple[str, ...]
     placement: Placement
     threads_per_rank: int
@@ -114,12 +113,12 @@ def launch_of(spec: RunSpec | ProbeSpec) -> Launch:
             spec.device,
             sweep_id=spec.sweep_id,
         )
-    launcher_kind(spec.launcher)  # ValueError for an unknown launcher
+    kind = launcher_kind(spec.launcher)  # ValueError for an unknown launcher
     data = spec.workload.data if spec.workload.data != SYNTHETIC else ""
     return Launch(
         spec.run_id,
         spec.launcher,
-        WORKER_MODULE,
+        kind.module,
         args,
         spec.placement,
         spec.threads_per_rank,
@@ -155,6 +154,11 @@ def rank_environment(threads: int, device: str, sweep_id: str = "") -> dict[str,
     }
     if device == "cuda" and "NCCL_DEBUG" not in os.environ:
         env["NCCL_DEBUG"] = "INFO"
+    if device == "cuda" and "CUDA_DEVICE_ORDER" not in os.environ:
+        # GPUs numbered as nvidia-smi and NVML number them (CUDA's default is fastest first:
+        # CUDA Programming Guide, "CUDA Environment Variables", checked 2026-11-25), so a
+        # rank's GPU i is NVML's (bench.rank.telemetry.visible_nvml_handle)
+        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     if sweep_id:
         env[SWEEP_TAG_VAR] = sweep_id
     return env

@@ -2,7 +2,8 @@
 
 `torchrun_argv` is one node's torchrun agent (all nodes meet at a c10d rendezvous);
 `horovodrun_argv` is the one horovodrun that starts every rank (-H host:slots);
-`dataparallel_argv` is DataParallel's single process (one machine only). The local
+`python_argv` is a process started without a launcher (DataParallel's single process, a
+TensorFlow worker on each node, which finds the others through TF_CONFIG). The local
 and multi-node backends call them with their own values: this machine and a free port, or the
 surveyed nodes' addresses.
 
@@ -137,6 +138,6 @@ def horovodrun_argv(
     return [*argv, python, "-m", module, *args]
 
 
-def dataparallel_argv(python: str, *, module: str, args: Sequence[str]) -> list[str]:
-    """DataParallel's launch: one process, no launcher, driving every GPU of this machine."""
+def python_argv(python: str, *, module: str, args: Sequence[str]) -> list[str]:
+    """A process started without a launcher, driving every GPU of its machine."""
     return [python, "-m", module, *args]

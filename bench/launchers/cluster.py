@@ -1,9 +1,10 @@
 """The multi-node backend: --hosts nodes reached over ssh, or --slurm, the nodes of the Slurm
 allocation the sweep runs in, each command an srun step on its node (bench.launchers.sites).
 
-torchrun on every node, meeting at a c10d rendezvous on the first node, or horovodrun on the
-first node, which starts the other nodes' ranks over ssh itself (under Slurm too, as on any
-cluster that lets a job ssh into its own nodes: pam_slurm_adopt).
+torchrun on every node, meeting at a c10d rendezvous on the first node; a TensorFlow worker on
+every node, the nodes named in each one's TF_CONFIG; or horovodrun on the first node, which
+starts the other nodes' ranks over ssh itself (under Slurm too, as on any cluster that lets a
+job ssh into its own nodes: pam_slurm_adopt).
 
 Before the sweep every host must answer through its site and run the bench's Python, and the
 software that must match does (the survey, bench.machine, run on each node). Each launch's
@@ -41,6 +42,7 @@ from bench.launchers.argv import (
     NodeCommand,
     Tools,
     horovodrun_argv,
+    python_argv,
     rendezvous_endpoint,
     torchrun_argv,
 )
@@ -68,6 +70,7 @@ from bench.launchers.stop import STOP, StopPolicy
 from bench.launchers.versions import check_versions, components_for
 from bench.machine import NodeInfo, environment_of, survey_records
 from bench.paths import bench_pythonpath
+from bench.rank.tf_rules import TF_CONFIG_VAR, tf_config
 from bench.spec import HostSlots, Placement, ProbeSpec, RunSpec, format_hosts
 
 
@@ -225,7 +228,8 @@ class ClusterLauncher:
 
     def commands(self, launch: Launch, tag: str) -> list[NodeCommand]:
         """The launch's commands: one torchrun per node (the first hosts the c10d store; each
-        advertises the address the others reach it on), or horovodrun on the first node."""
+        advertises the address the others reach it on), one TensorFlow worker per node, or
+        horovodrun on the first node."""
         kind = launch.kind
         if not kind.multi_node:  # bench.config refuses it with --hosts first
             raise ValueError(f"{kind.title} runs on one machine, not across --hosts nodes")
@@ -256,30 +260,50 @@ class ClusterLauncher:
         tools = self.containers.tools(launch.image) if launch.image else self.tools
         commands = []
         for index, node in enumerate(placement):
-            argv = torchrun_argv(
-                tools.python,
-                nnodes=launch.nodes,
-                nproc_per_node=node.slots,
-                endpoint=rendezvous_endpoint(first, self.cluster.rdzv_port),
-                rdzv_id=launch.launch_id,
-                module=launch.module,
-                args=launch.args,
-                is_host=index == 0,
-                local_addr=self.infos[node.host].address or "",
-                log_dir=log_dirs[node.host],
-            )
-            command = NodeCommand(node.host, tuple(argv), {**base, **env[node.host]})
-            if launch.image:  # torchrun in the image, its rank logs in the node's scratch
+            argv, own = self.node_argv(launch, index, tools, log_dirs.get(node.host, ""))
+            command = NodeCommand(node.host, tuple(argv), {**base, **env[node.host], **own})
+            if launch.image:  # the node's process in the image, its rank logs in the node's scratch
                 command = self.containers.wrap(
                     command,
                     launch,
                     bench_root=self.cluster.remote_workdir,
                     name=container_name(launch.launch_id, f"{tag}-{index}"),
-                    writable=[log_dirs[node.host]],
+                    writable=[log_dirs[node.host]] if node.host in log_dirs else [],
                     environ=self.forwarded,
                 )
             commands.append(command)
         return commands
+
+    def _address(self, host: str) -> str:
+        """Where the other nodes reach `host` (the survey's address toward the first node)."""
+        return self.infos[host].address or ""
+
+    def node_argv(
+        self, launch: Launch, index: int, tools: Tools, log_dir: str
+    ) -> tuple[list[str], dict[str, str]]:
+        """Node `index`'s command line and the variables only it gets: its torchrun agent, or
+        the one process of a launcher without one, with the TF_CONFIG that names every node's
+        worker at the address the others reach it on (on one node none: MirroredStrategy)."""
+        placement = launch.placement
+        if launch.kind.argv is Argv.PER_NODE:
+            own = {}
+            if launch.nodes > 1:
+                workers = [self._address(n.host) or n.host for n in placement]
+                own[TF_CONFIG_VAR] = tf_config(workers, self.cluster.rdzv_port, index)
+            return python_argv(tools.python, module=launch.module, args=launch.args), own
+        argv = torchrun_argv(
+            tools.python,
+            nnodes=launch.nodes,
+            nproc_per_node=placement[index].slots,
+            endpoint=rendezvous_endpoint(placement[0].host, self.cluster.rdzv_port),
+            rdzv_id=launch.launch_id,
+            module=launch.module,
+            args=launch.args,
+            is_host=index == 0,
+            local_addr=self._address(placement[index].host),
+            log_dir=log_dir,
+        )
+        return argv, {}
 
     # ---- the launch
 

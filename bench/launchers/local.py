@@ -22,9 +22,9 @@ from bench.launchers import (
 from bench.launchers.argv import (
     NodeCommand,
     Tools,
-    dataparallel_argv,
     free_port,
     horovodrun_argv,
+    python_argv,
     rendezvous_endpoint,
     torchrun_argv,
 )
@@ -121,8 +121,8 @@ def execute(
 
 class LocalLauncher:
     """Every rank on this machine: torchrun on a free local port, horovodrun -H localhost:N, or
-    DataParallel's single process started directly; inside the launch's image with --container
-    (`containers`: the checked images)."""
+    the one process of DataParallel or TensorFlow started directly; inside the launch's image
+    with --container (`containers`: the checked images)."""
 
     def __init__(
         self,
@@ -142,8 +142,8 @@ class LocalLauncher:
             )
         env = rank_environment(launch.threads_per_rank, launch.device, launch.sweep_id)
         tools = self.containers.tools(launch.image) if launch.image else self.tools
-        if launch.kind.argv is Argv.PLAIN:
-            argv = dataparallel_argv(tools.python, module=launch.module, args=launch.args)
+        if launch.kind.argv in (Argv.PLAIN, Argv.PER_NODE):  # one node: no TF_CONFIG needed
+            argv = python_argv(tools.python, module=launch.module, args=launch.args)
         elif launch.kind.argv is Argv.HOROVODRUN:
             argv = horovodrun_argv(
                 tools.horovodrun,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from bench.launcher_kinds import HOROVOD_PACKAGE, TORCH_PACKAGE, launcher_kind
+from bench.launcher_kinds import HOROVOD_PACKAGE, TENSORFLOW_PACKAGE, TORCH_PACKAGE, launcher_kind
 from bench.launchers import RemoteError
 from bench.machine import NodeInfo
 
@@ -15,6 +15,7 @@ COMPARED_COMPONENTS: dict[str, str] = {
     TORCH_PACKAGE: "torch",
     "nccl": "NCCL",
     HOROVOD_PACKAGE: "Horovod",
+    TENSORFLOW_PACKAGE: "TensorFlow",
     "driver_branch": "NVIDIA driver branch",
 }
 
@@ -34,8 +35,8 @@ class Mismatch:
 
 
 def components_for(launcher: str, gpu: bool) -> tuple[str, ...]:
-    """What must match for a run: the packages the launcher imports (torch, Horovod), and NCCL
-    and the driver branch on GPU nodes."""
+    """What must match for a run: the packages the launcher imports (torch, Horovod,
+    TensorFlow), and NCCL and the driver branch on GPU nodes."""
     components = launcher_kind(launcher).components
     return (*components, "nccl", "driver_branch") if gpu else components
 

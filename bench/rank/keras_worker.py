@@ -32,7 +32,14 @@ import tensorflow as tf
 
 from bench.rank import faults, timing, wire
 from bench.rank.loaders.folder import list_images
-from bench.rank.tf_rules import POLICIES, synthetic_batches, why_not_runnable, worker_of
+from bench.rank.telemetry import GpuSampler, merge_telemetry, visible_nvml_handle
+from bench.rank.tf_rules import (
+    POLICIES,
+    backend,
+    synthetic_batches,
+    why_not_runnable,
+    worker_of,
+)
 from bench.spec import SYNTHETIC, RunSpec
 
 # ImageNet's per-channel mean and standard deviation, as bench.rank.loaders.augment normalises.
@@ -77,14 +84,11 @@ def make_strategy(
         strategy: tf.distribute.Strategy = tf.distribute.MultiWorkerMirroredStrategy(
             communication_options=options
         )
-        backend = "nccl" if gpu else "ring"
     else:
         devices = [d.name for d in tf.config.list_logical_devices("GPU" if gpu else "CPU")]
         strategy = tf.distribute.MirroredStrategy(devices)
-        # MirroredStrategy's default reduction: NcclAllReduce on GPUs, ReductionToOneDevice else
-        backend = "none" if len(devices) == 1 else ("nccl" if gpu else "one-device")
     local = strategy.num_replicas_in_sync // workers
-    return strategy, Place(index, workers, local, gpu, backend)
+    return strategy, Place(index, workers, local, gpu, backend(gpu, workers, local))
 
 
 def build_model(spec: RunSpec) -> keras.Model:
@@ -310,9 +314,8 @@ def set_up(spec: RunSpec, index: int, workers: int) -> Training:
     optimizer and step, and the input."""
     load, variant = spec.workload, spec.variant
     slots = spec.placement[index].slots
-    strategy, place = make_strategy(
-        load.device, slots, index, workers, spec.threads_per_rank * slots
-    )
+    # threads_per_rank: this process's share of the node's cores (one process per node)
+    strategy, place = make_strategy(load.device, slots, index, workers, spec.threads_per_rank)
     keras.mixed_precision.set_global_policy(POLICIES[variant.precision])
     tf.config.experimental.enable_tensor_float_32_execution(variant.precision == "tf32")
     layout = "channels_last" if variant.channels_last else "channels_first"
@@ -347,6 +350,24 @@ def settle(spec: RunSpec, training: Training, ranks: Ranks) -> tuple[float | Non
     return compile_s, warmup_steps + bool(compile_s), timed_steps
 
 
+def measured_window(
+    training: Training, ranks: Ranks, steps: int
+) -> tuple[float, list[float], float, dict[str, Any]]:
+    """The timed window, every worker starting together, with its GPUs' memory peaks reset and
+    their telemetry sampled: (window s, step s, data wait s, telemetry summary)."""
+    place = training.place
+    if place.gpu:
+        for i in range(place.replicas):
+            tf.config.experimental.reset_memory_stats(f"GPU:{i}")
+    ranks.barrier()
+    samplers = [
+        GpuSampler(i if place.gpu else None, find=visible_nvml_handle).start()
+        for i in range(place.replicas)
+    ]
+    window, step_s, data_wait = training.window(steps)
+    return window, step_s, data_wait, merge_telemetry([s.stop() for s in samplers])
+
+
 def refusal(spec: RunSpec, workers: int) -> str | None:
     """Why this process cannot run `spec`, or None."""
     reason = why_not_runnable(spec)
@@ -370,11 +391,7 @@ def main(argv: list[str] | None = None) -> int:
     ranks = Ranks(training.strategy, place)
     compile_s, warmup_steps, timed_steps = settle(spec, training, ranks)
     faults.trigger(faults.fault_for(index))
-    if place.gpu:
-        for i in range(place.replicas):
-            tf.config.experimental.reset_memory_stats(f"GPU:{i}")
-    ranks.barrier()  # every worker starts its window together
-    window, step_s, data_wait = training.window(timed_steps)
+    window, step_s, data_wait, telemetry = measured_window(training, ranks, timed_steps)
     images_per_step = spec.batch_per_gpu * place.replicas
     loader_images_per_s = None
     if spec.workload.data != SYNTHETIC:  # the pipeline alone (no model): its ceiling
@@ -389,6 +406,7 @@ def main(argv: list[str] | None = None) -> int:
         step_s=step_s,
         data_wait_s=data_wait,
         peak_memory_bytes=peak_memory_bytes(place),
+        telemetry=telemetry,
         compile_s=compile_s,
         warmup_steps=warmup_steps,
         loader_images_per_s=loader_images_per_s,

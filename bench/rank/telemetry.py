@@ -8,9 +8,10 @@ summaries into a run's row (the controller calls it). Pure data apart from the s
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,6 +98,21 @@ def _nvml_handle(pynvml: Any, cuda_device: int) -> Any:
     return pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{props.uuid}")
 
 
+def visible_nvml_handle(pynvml: Any, cuda_device: int) -> Any:
+    """NVML's handle for a CUDA device of a process that enumerates CUDA devices in PCI bus
+    order (CUDA_DEVICE_ORDER=PCI_BUS_ID, as NVML does; CUDA's default is fastest first: CUDA C
+    Programming Guide, "CUDA Environment Variables", checked 2026-11-25), for frameworks that
+    do not give a device's bus id (TensorFlow): the index through CUDA_VISIBLE_DEVICES (indices
+    or GPU UUIDs), else NVML's own."""
+    visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v]
+    if not visible:
+        return pynvml.nvmlDeviceGetHandleByIndex(cuda_device)
+    chosen = visible[cuda_device]
+    if chosen.isdigit():
+        return pynvml.nvmlDeviceGetHandleByIndex(int(chosen))
+    return pynvml.nvmlDeviceGetHandleByUUID(chosen)
+
+
 class GpuSampler:
     """Samples one CUDA device with pynvml every `interval_s` in a daemon thread.
 
@@ -105,8 +121,14 @@ class GpuSampler:
     machine without NVML the sampler records nothing.
     """
 
-    def __init__(self, cuda_device: int | None, interval_s: float = 0.5) -> None:
+    def __init__(
+        self,
+        cuda_device: int | None,
+        interval_s: float = 0.5,
+        find: Callable[[Any, int], Any] = _nvml_handle,
+    ) -> None:
         self._device = cuda_device
+        self._find = find  # NVML's handle of a CUDA device (torch's bus id by default)
         self._interval_s = interval_s
         self._samples: list[Sample] = []
         self._stop = threading.Event()
@@ -119,7 +141,7 @@ class GpuSampler:
             import pynvml
 
             pynvml.nvmlInit()
-            handle = _nvml_handle(pynvml, self._device)
+            handle = self._find(pynvml, self._device)
         except Exception as exc:  # no NVML or no matching device: sample nothing, say so
             print(f"bench: GPU telemetry disabled: {exc}", file=sys.stderr)
             return self

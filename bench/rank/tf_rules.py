@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from bench.rank.loaders import TF_DATA
 from bench.spec import NO_LOADER, SYNTHETIC, RunSpec
 
 TF_CONFIG_VAR = "TF_CONFIG"
@@ -34,7 +35,7 @@ MODEL = "resnet50"  # keras.applications.ResNet50(weights=None): the one model t
 # keras/src/applications/resnet.py (3.15.1) checks input_shape with min_size=32 (read 2026-11-25)
 MIN_IMAGE_SIZE = 32
 # The input pipeline of --data DIR under tf: tf.data reads, decodes (decode_jpeg) and augments.
-TF_DATA_LOADER = "tfdata"
+TF_DATA_LOADER = TF_DATA.name
 
 
 def why_not_runnable(spec: RunSpec) -> str | None:
@@ -67,6 +68,19 @@ def why_not_runnable(spec: RunSpec) -> str | None:
         # Same file: without GPUs a worker has exactly one local device (CPU:0).
         return "MultiWorkerMirroredStrategy drives one CPU device per worker: 1 slot per node"
     return None
+
+
+def backend(gpu: bool, nodes: int, replicas_per_node: int) -> str:
+    """How the replicas' gradients are reduced: across nodes MultiWorkerMirroredStrategy's
+    collectives (NCCL on GPUs, gRPC ring on CPU: bench.rank.keras_worker picks them); on one
+    node MirroredStrategy's default (NcclAllReduce on GPUs, ReductionToOneDevice else: its
+    cross_device_ops, tf.distribute.MirroredStrategy API page, v2.21.0, checked 2026-11-25);
+    "none" for one replica."""
+    if nodes > 1:
+        return "nccl" if gpu else "ring"
+    if replicas_per_node == 1:
+        return "none"
+    return "nccl" if gpu else "one-device"
 
 
 def tf_config(hosts: Sequence[str], port: int, index: int) -> str:

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from bench import stats
-from bench.launcher_kinds import DDP, DP, HOROVOD, LAUNCHER_KINDS
+from bench.launcher_kinds import DDP, DP, HOROVOD, LAUNCHER_KINDS, TF
 from bench.report.summary import ScalingPoint
 from bench.schema import ProbeRow, RunRow, Status
 
@@ -109,12 +109,12 @@ def scaling_table(points: Sequence[ScalingPoint]) -> list[str]:
 
 LAUNCHER_NAMES = {k.name: k.title for k in LAUNCHER_KINDS.values()}
 # (numerator, denominator) ratios the comparison shows when both launchers ran
-LAUNCHER_RATIOS = ((HOROVOD.name, DDP.name), (DDP.name, DP.name))
+LAUNCHER_RATIOS = ((HOROVOD.name, DDP.name), (TF.name, DDP.name), (DDP.name, DP.name))
 
 
 def launcher_comparison(points: Sequence[ScalingPoint]) -> list[str]:
-    """img/s of every launcher side by side per variant and GPU count, with Horovod / DDP and
-    DDP / DataParallel (what DDP gains over the single-process baseline)."""
+    """img/s of every launcher side by side per variant and GPU count, with Horovod / DDP,
+    TensorFlow / DDP and DDP / DataParallel (what DDP gains over the single-process baseline)."""
     by_key = {(p.launcher, p.variant, p.gpus, p.nodes): p for p in points}
     present = [x for x in LAUNCHER_NAMES if any(p.launcher == x for p in points)]
     ratios = [(a, b) for a, b in LAUNCHER_RATIOS if a in present and b in present]

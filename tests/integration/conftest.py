@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from integration_support import unavailable
 
-from bench.machine import horovod_status
+from bench.machine import horovod_status, tensorflow_version
 
 
 @pytest.fixture(scope="module")
@@ -14,3 +14,12 @@ def horovod() -> None:
     status = horovod_status()
     if not status.available:
         unavailable(f"Horovod is not installed in this environment: {status.reason}")
+
+
+@pytest.fixture(scope="module")
+def tensorflow() -> None:
+    """TensorFlow in this environment (scripts/test.sh installs tensorflow-cpu; elsewhere the
+    test skips)."""
+    version = tensorflow_version()
+    if version is None:
+        unavailable("TensorFlow is not installed in this environment")

@@ -111,6 +111,46 @@ def test_horovod_sweep_with_fp16_compression(tmp_path: Path) -> None:
     assert "| horovod | fp32-nchw | 2 |" in (d / "report.md").read_text()
 
 
+@pytest.mark.usefixtures("horovod", "tensorflow")
+def test_ddp_horovod_and_tf_side_by_side(tmp_path: Path) -> None:
+    done, d = sweep(
+        tmp_path,
+        "--model",
+        "resnet50",  # the one model the tf launcher trains (keras.applications.ResNet50)
+        "--launchers",
+        "ddp,horovod,tf",
+        "--gpus",
+        "1,2",
+        "--repeats",
+        "1",
+        "--no-probe",
+        timeout_s=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    runs = by_id(d)
+    for run in runs.values():
+        assert run["status"] == "ok", (run["run_id"], run["error"])
+        assert run["images"] == run["global_batch"] * 3  # TINY's 3 timed steps, every launcher
+    one, two = runs["tf-n1-fp32-nchw-r0"], runs["tf-n2-fp32-nchw-r0"]
+    assert (one["backend"], one["interconnect"]) == ("none", "none (1 process)")
+    # two replicas in one process: MirroredStrategy reduces them in-process on CPU
+    assert (two["backend"], two["interconnect"]) == (
+        "one-device",
+        "in-process (TensorFlow over 2 CPU devices)",
+    )
+    assert two["gpus"] == 2 and two["global_batch"] == 2 * two["batch_per_gpu"]
+    assert two["rank_tensorflow"] and not two["rank_torch"]
+    assert (
+        runs["ddp-n2-fp32-nchw-r0"]["rank_torch"]
+        and not runs["ddp-n2-fp32-nchw-r0"]["rank_tensorflow"]
+    )
+    report = (d / "report.md").read_text()
+    side_by_side = report.split("## Launchers side by side")[1].split("##")[0]
+    assert "| TensorFlow img/s (mean of launches) |" in side_by_side
+    assert "| Horovod / DDP | TensorFlow / DDP |" in side_by_side
+    assert "| fp32-nchw | 2 |" in side_by_side
+
+
 @pytest.mark.usefixtures("horovod")
 def test_gradient_accumulation_under_both_launchers(tmp_path: Path) -> None:
     # DDP skips the allreduce (no_sync) on the first micro-batch, Horovod holds it back with

@@ -164,6 +164,45 @@ def test_two_node_ddp_and_horovod_runs_produce_correct_rows(hosts: Path, tmp_pat
     assert tagged_processes() == []
 
 
+@pytest.mark.usefixtures("tensorflow")
+def test_two_node_tf_run_spans_the_hosts_with_multi_worker_mirrored(
+    hosts: Path, tmp_path: Path
+) -> None:
+    done = bench(
+        tmp_path,
+        "--model",
+        "resnet50",  # the tf launcher's model
+        "--hosts",
+        f"{HOST1}:1,{HOST2}:1",
+        "--nodes",
+        "1,2",
+        "--gpus-per-node",
+        "1",
+        "--launchers",
+        "tf",
+        "--repeats",
+        "1",
+        "--no-probe",
+        *ssh_args(hosts),
+        timeout_s=600,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    directory = sweep_dir(tmp_path)
+    runs = {r["nodes"]: r for r in rows(directory)}
+    for run in runs.values():
+        assert run["status"] == "ok", run["error"]
+        assert run["images"] == run["global_batch"] * 3
+        assert run["rank_tensorflow"]
+    one, two = runs[1], runs[2]
+    assert (one["hosts"], one["backend"]) == (f"{HOST1}:1", "none")
+    # one worker per host, named in each one's TF_CONFIG, reducing over TensorFlow's gRPC ring
+    assert (two["hosts"], two["gpus"], two["backend"]) == (f"{HOST1}:1,{HOST2}:1", 2, "ring")
+    assert two["interconnect"] == "tcp (grpc ring, eth0)"
+    output = (directory / "logs" / f"{two['run_id']}.log").read_text()
+    assert f"[{HOST1}]" in output and f"[{HOST2}]" in output  # a process on each host
+    assert tagged_processes() == []
+
+
 def test_unreachable_host_stops_the_sweep_before_launch(hosts: Path, tmp_path: Path) -> None:
     sshd = int((hosts / "gsb3" / "sshd.pid").read_text())
     os.kill(sshd, signal.SIGTERM)  # gsb3 stays up but no longer takes ssh

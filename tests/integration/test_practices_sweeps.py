@@ -30,7 +30,7 @@ def test_ddp_against_dataparallel_in_one_command(tmp_path: Path) -> None:
     runs = by_id(d)
     dp, dp2 = runs["dp-n1-fp32-nchw-r0"], runs["dp-n2-fp32-nchw-r0"]
     assert dp["status"] == "ok", dp["error"]
-    assert (dp["backend"], dp["interconnect"]) == ("none", "none (1 GPU)")
+    assert (dp["backend"], dp["interconnect"]) == ("none", "none (1 process)")
     assert dp["threads_per_rank"] == 2  # one process: every core
     assert dp2["status"] == "unavailable" and "one device" in dp2["error"]
     assert {runs[r]["status"] for r in ("ddp-n1-fp32-nchw-r0", "ddp-n2-fp32-nchw-r0")} == {"ok"}

@@ -24,6 +24,7 @@ def cpu_machine(cores: int = 2, horovod: HorovodStatus | None = None) -> Environ
         tf32_supported=False,
         cores=cores,
         horovod=horovod or HorovodStatus(False, reason="horovodrun not found"),
+        tensorflow="2.21.0",
     )
 
 
@@ -41,6 +42,7 @@ def gpu_machine(
         tf32_supported=ampere,
         cores=32,
         horovod=horovod or HorovodStatus(True, "0.28.1", nccl_built=True),
+        tensorflow="2.21.0",
     )
 
 

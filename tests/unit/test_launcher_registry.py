@@ -4,6 +4,7 @@ capabilities that match what the planner, the backends, the rows and the engines
 from __future__ import annotations
 
 import ast
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from bench.launcher_kinds import (
     HOROVOD_PACKAGE,
     LAUNCHER_KINDS,
     LAUNCHERS,
+    TENSORFLOW_PACKAGE,
     TORCH_PACKAGE,
     Argv,
     LauncherKind,
@@ -86,14 +88,21 @@ def test_no_module_but_the_registry_compares_a_launcher_name_with_a_string() -> 
 
 
 def test_names_are_the_cli_choices_and_lookup_refuses_others() -> None:
-    assert LAUNCHERS == ("ddp", "horovod", "dp")
-    assert DEFAULT_LAUNCHERS == ("ddp", "horovod")  # dp is opt-in
+    assert LAUNCHERS == ("ddp", "horovod", "dp", "tf")
+    assert DEFAULT_LAUNCHERS == ("ddp", "horovod")  # dp and tf are opt-in
     choices = dict(knobs(BenchConfig))["launchers"].values
     assert choices is not None and tuple(choices) == LAUNCHERS
     assert config_for([], cpu_machine()).launchers == DEFAULT_LAUNCHERS
     assert all(launcher_kind(name).name == name for name in LAUNCHERS)
     with pytest.raises(ValueError, match="unknown launcher 'mpi'"):
         launcher_kind("mpi")
+
+
+def test_horovod_for_tensorflow_is_refused_with_the_upstream_reason(capsys) -> None:
+    with pytest.raises(SystemExit):
+        config_for(["--launchers", "ddp,horovod-tf"], cpu_machine())
+    error = capsys.readouterr().err
+    assert "'horovod-tf' is not built" in error and "horovod/horovod#4290" in error
 
 
 def _spec(name: str, *argv: str, gpus: int = 2) -> RunSpec:
@@ -108,6 +117,7 @@ def test_the_local_command_is_the_kinds_argv(kind: LauncherKind) -> None:
         Argv.TORCHRUN: ("/venv/bin/python", "-m", "torch.distributed.run"),
         Argv.HOROVODRUN: ("/venv/bin/horovodrun",),
         Argv.PLAIN: ("/venv/bin/python", "-m", "bench.rank.worker"),
+        Argv.PER_NODE: ("/venv/bin/python", "-m", "bench.rank.keras_worker"),
     }[kind.argv]
     assert argv[: len(starts)] == starts
 
@@ -116,7 +126,7 @@ def test_the_local_command_is_the_kinds_argv(kind: LauncherKind) -> None:
 def test_processes_per_gpu_and_compile_match_the_plan(kind: LauncherKind) -> None:
     spec = _spec(kind.name, gpus=4)
     assert spec.processes == (4 if kind.process_per_gpu else 1)
-    assert kind.process_per_gpu or kind.name == "dp"  # only DataParallel is one process
+    assert kind.process_per_gpu or kind.name in ("dp", "tf")  # one process drives the GPUs
     compiled = _spec(kind.name, "--compile", "on")
     assert (why_not_runnable(compiled) == "") == kind.compile
 
@@ -133,12 +143,16 @@ def test_multi_node_is_what_validation_allows(kind: LauncherKind) -> None:
 def test_components_are_the_version_check_and_the_preflight(kind: LauncherKind) -> None:
     assert components_for(kind.name, gpu=False) == kind.components
     assert components_for(kind.name, gpu=True) == (*kind.components, "nccl", "driver_branch")
-    assert kind.components[0] == TORCH_PACKAGE
+    assert kind.framework in (TORCH_PACKAGE, TENSORFLOW_PACKAGE)
     assert kind.needs_horovod == (kind.name == "horovod")
     no_horovod = gpu_machine(horovod=HorovodStatus(False, reason="horovodrun not found"))
     config = config_for(["--launchers", kind.name], no_horovod)
     refused = [e for e in problems(config, no_horovod, MODELS) if "horovodrun not found" in e]
     assert bool(refused) == (HOROVOD_PACKAGE in kind.components)
+    no_tf = dataclasses.replace(gpu_machine(), tensorflow=None)
+    config = config_for(["--launchers", kind.name], no_tf)
+    refused = [e for e in problems(config, no_tf, MODELS) if "TensorFlow is not installed" in e]
+    assert bool(refused) == (TENSORFLOW_PACKAGE in kind.components)
 
 
 @pytest.mark.parametrize("kind", KINDS, ids=LAUNCHERS)
@@ -153,8 +167,10 @@ def test_gradient_exchange_capabilities_shape_the_wire_column(kind: LauncherKind
     assert accumulated == pytest.approx(plain / 4 if kind.exchange_per_step else plain)
 
 
-def test_every_kind_has_its_engine_and_nothing_else_does() -> None:
-    assert set(engines.ENGINES) == {k.engine for k in KINDS}
+def test_every_torch_kind_has_its_engine_and_nothing_else_does() -> None:
+    torch_kinds = [k for k in KINDS if k.framework == TORCH_PACKAGE]
+    assert set(engines.ENGINES) == {k.engine for k in torch_kinds}
+    assert {k.module for k in torch_kinds} == {"bench.rank.worker"}
     expected = {
         "ddp": engines.DdpEngine,
         "horovod": engines.HorovodEngine,

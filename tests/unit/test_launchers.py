@@ -19,7 +19,8 @@ import pytest
 from bench_builders import config_for, cpu_machine, gpu_machine
 
 import bench
-from bench.launchers import PROBE_MODULE, WORKER_MODULE, launch_of, rank_environment
+from bench.launcher_kinds import TORCH_RANK as WORKER_MODULE
+from bench.launchers import PROBE_MODULE, launch_of, rank_environment
 from bench.launchers.argv import (
     JOIN_TIMEOUT_S,
     Tools,
@@ -170,6 +171,12 @@ def test_rank_environment_sets_threads_for_both_launchers(monkeypatch: pytest.Mo
     assert rank_environment(1, "cuda")["NCCL_DEBUG"] == "INFO"
     monkeypatch.setenv("NCCL_DEBUG", "WARN")  # the user's choice wins
     assert "NCCL_DEBUG" not in rank_environment(1, "cuda")
+    # GPU ranks number GPUs in PCI order, as NVML does (telemetry finds TensorFlow's GPU:i)
+    monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
+    assert rank_environment(1, "cuda")["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    assert "CUDA_DEVICE_ORDER" not in env
+    monkeypatch.setenv("CUDA_DEVICE_ORDER", "FASTEST_FIRST")
+    assert "CUDA_DEVICE_ORDER" not in rank_environment(1, "cuda")
 
 
 def test_ranks_import_the_bench_from_this_checkout_first(monkeypatch: pytest.MonkeyPatch) -> None:

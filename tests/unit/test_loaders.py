@@ -290,8 +290,11 @@ def test_loader_rate_counts_images_per_second_after_skipping_the_queue() -> None
 
 
 def test_each_registered_loader_is_reached_by_its_name() -> None:
-    assert list(LOADERS) == ["torch", "nvjpeg", "dali"]
+    assert list(LOADERS) == ["torch", "nvjpeg", "dali", "tfdata"]
     assert all(loader_named(name).name == name for name in LOADERS)
+    # tf.data is the TensorFlow rank's own: a torch rank cannot build it
+    with pytest.raises(ValueError, match="the tfdata loader feeds tensorflow ranks only"):
+        loader_named("tfdata").queue_depth(3)
     # each name reaches its own module: the queue each holds ready differs
     assert loader_named("torch").queue_depth(3) == 3 * torch_loader.PREFETCH_FACTOR
     assert loader_named("nvjpeg").queue_depth(3) == 3 * torch_loader.PREFETCH_FACTOR + 1
@@ -303,7 +306,7 @@ def test_each_registered_loader_is_reached_by_its_name() -> None:
 
 
 def test_an_unknown_loader_name_is_an_error_that_names_the_choices(jpeg_folder: Path) -> None:
-    choices = "unknown loader 'pil': choose from torch, nvjpeg, dali"
+    choices = "unknown loader 'pil': choose from torch, nvjpeg, dali, tfdata"
     with pytest.raises(ValueError, match=choices):
         loader_named("pil")
     with pytest.raises(ValueError, match=choices):
@@ -323,7 +326,8 @@ def test_the_cli_offers_the_registered_loaders_and_refuses_others() -> None:
 
 
 def test_the_default_order_ranks_every_registered_loader() -> None:
-    assert sorted(loader_support.DEFAULT_ORDER) == sorted(LOADERS)
+    torch_loaders = [x for x in LOADERS if LOADERS[x].framework == "torch"]
+    assert sorted(loader_support.DEFAULT_ORDER) == sorted(torch_loaders)  # tf: tf.data always
 
 
 def test_the_registry_and_the_loader_choice_import_no_torch() -> None:
@@ -383,6 +387,12 @@ def test_loader_errors_list_every_refusal_and_synthetic_takes_none() -> None:
     )
     refused = loader_support.loader_errors(("torch",), "synthetic", "cpu", cpu_only)
     assert "nothing to load" in refused[0]
+    # tf.data feeds the tf launcher only: refused beside a torch launcher, fine on its own
+    both = loader_support.loader_errors(
+        ("tfdata",), "/data", "cpu", cpu_only, launchers=("ddp", "tf")
+    )
+    assert len(both) == 1 and "ddp cannot read it" in both[0]
+    assert loader_support.loader_errors(("tfdata",), "/data", "cpu", cpu_only, ("tf",)) == []
 
 
 def test_dali_wheel_names_give_their_cuda_major() -> None:

@@ -133,3 +133,25 @@ def test_probes_only_where_ranks_communicate() -> None:
         ("allreduce-n2", 2, 100_000_000)
     ]
     assert plan_probes(config_for(["--no-probe"], cpu_machine()), "s", local_placement(2), 2) == []
+
+
+def test_tf_reads_real_data_through_tf_data_whatever_loader_the_torch_launchers_use(
+    tmp_path,
+) -> None:
+    argv = ["--gpus", "1,2", "--launchers", "ddp,tf", "--data", str(tmp_path), "--repeats", "1"]
+    config = config_for([*argv, "--loader", "torch,nvjpeg"], gpu_machine())
+    specs = plan_sweep(config, "s", local_placement(2), 8)
+    tf = [s for s in specs if s.launcher == "tf"]
+    # one tf run per GPU count (not one per --loader value), each reading through tf.data
+    assert [(s.world_size, s.variant.loader) for s in tf] == [(1, "tfdata"), (2, "tfdata")]
+    assert [s.run_id for s in tf] == [
+        "tf-n1-amp-bf16-nchw-tfdata-r0",
+        "tf-n2-amp-bf16-nchw-tfdata-r0",
+    ]
+    ddp = [s.variant.loader for s in specs if s.launcher == "ddp"]
+    assert ddp == ["torch", "torch", "nvjpeg", "nvjpeg"]
+    # synthetic data has no loader for any launcher
+    synthetic = plan_sweep(config_for(argv[:4], gpu_machine()), "s", local_placement(2), 8)
+    assert {s.variant.loader for s in synthetic} == {"none"}
+    # one process drives a node's GPUs: it gets the node's cores, as DataParallel's does
+    assert {s.threads_per_rank for s in tf} == {8}

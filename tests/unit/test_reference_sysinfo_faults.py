@@ -140,6 +140,32 @@ def test_sampler_without_a_gpu_records_nothing() -> None:
     assert telemetry.GpuSampler(None).start().stop() == {}
 
 
+class NvmlLookups:
+    """Records which of pynvml's lookups (nvmlDeviceGetHandleByIndex / ByUUID, their real
+    names in nvidia-ml-py) a handle came from; returns the lookup and its key as the handle."""
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> tuple[str, object]:
+        return ("index", index)
+
+    def nvmlDeviceGetHandleByUUID(self, uuid: str) -> tuple[str, object]:
+        return ("uuid", uuid)
+
+
+def test_a_visible_gpu_is_found_through_cuda_visible_devices(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    nvml = NvmlLookups()
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert telemetry.visible_nvml_handle(nvml, 3) == ("index", 3)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "6,2")  # nvidia-smi's indices, in this order
+    assert telemetry.visible_nvml_handle(nvml, 1) == ("index", 2)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-8932f937-d72c-4106-c12f-20bd9faed9f6")
+    assert telemetry.visible_nvml_handle(nvml, 0) == (
+        "uuid",
+        "GPU-8932f937-d72c-4106-c12f-20bd9faed9f6",
+    )
+
+
 def test_relevant_environment() -> None:
     env = {
         "NCCL_IB_HCA": "mlx5",

@@ -237,6 +237,35 @@ def test_each_node_advertises_its_address_and_only_the_first_hosts_the_store() -
     assert launcher.tools.python == PY and launcher.tools.horovodrun == "/venv/bin/horovodrun"
 
 
+def test_tf_runs_one_worker_per_node_named_in_each_ones_tf_config() -> None:
+    launcher = ssh_launcher()
+    with pytest.raises(VersionMismatchError, match="TensorFlow: not installed on gpu01, gpu02"):
+        launcher.check(["tf"], "cuda")
+    for host, info in launcher.infos.items():
+        launcher.infos[host] = dataclasses.replace(info, tensorflow="2.21.0")
+    launcher.check(["tf"], "cuda")
+    config = config_for(["--launchers", "tf", "--image-size", "64"], cpu_machine())
+    config = dataclasses.replace(config, cluster=launcher.cluster)
+    one, two = [s for s in plan_sweep(config, "s", (), 2)][:2]
+    assert (one.nodes, two.nodes) == (1, 2)
+    commands = launcher.commands(launch_of(two), "gsb-t1")
+    assert [c.host for c in commands] == ["gpu01", "gpu02"]
+    for index, command in enumerate(commands):
+        assert list(command.argv) == [PY, "-m", "bench.rank.keras_worker", "--spec", two.encode()]
+        # the workers at the addresses the survey found, each on the rendezvous port
+        assert json.loads(command.env["TF_CONFIG"]) == {
+            "cluster": {"worker": ["10.0.0.1:29400", "10.0.0.2:29400"]},
+            "task": {"type": "worker", "index": index},
+        }
+        assert "CUDA_DEVICE_ORDER" not in command.env  # a CPU run; GPU ranks get PCI order
+        # one process drives the node's 8 GPUs with every core (2 cores planned here)
+        assert command.env["OMP_NUM_THREADS"] == "2"
+    assert launcher.rank_log_dirs(launch_of(two), "gsb-t1") == {}  # its own output, no torchrun
+    # one node: MirroredStrategy alone, no TF_CONFIG
+    (single,) = launcher.commands(launch_of(one), "gsb-t2")
+    assert single.host == "gpu01" and "TF_CONFIG" not in single.env
+
+
 def test_horovodrun_gets_the_ssh_port_key_and_interfaces() -> None:
     launcher = ssh_launcher()
     launcher.check(["ddp", "horovod"], "cpu")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -91,6 +92,34 @@ def test_allreduce_per_image_follows_accumulation_compression_and_launcher() -> 
     # DataParallel sums every backward's gradients onto GPU 0: accumulation does not spread it
     dp = spec("--launchers", "dp", "--grad-accum", "4")[1]
     assert rows.allreduce_mb_per_image(dp, grads) == pytest.approx(100 / 8)
+
+
+def test_tf_rows_describe_how_its_replicas_reduce() -> None:
+    argv = ["--gpus", "1,2", "--launchers", "tf", "--image-size", "64", "--repeats", "1"]
+    config = config_for(argv, cpu_machine())
+    one, two = plan_sweep(config, "s", local_placement(2), 2)
+    # a run that reported nothing: the backend tf_rules.backend says keras_worker picks
+    assert rows.expected_backend(one) == "none" and rows.expected_backend(two) == "one-device"
+    report = wire.RunReport(
+        run_id=two.run_id,
+        backend="one-device",  # MirroredStrategy over two CPU devices of one process
+        world_size=1,
+        gradient_bytes=10,
+        images_per_rank=48,
+        ranks=[
+            dataclasses.replace(
+                rank(0, 2.0, [0.5, 0.5, 1.0]), runtime={"tensorflow": "2.21.0", "keras": "3.15.1"}
+            )
+        ],
+    )
+    output = "\n".join(wire.encode(two.run_id, report.to_dict()))
+    row = rows.run_row(two, result(0, output), "t0")
+    assert row.interconnect == "in-process (TensorFlow over 2 CPU devices)"
+    assert (row.rank_tensorflow, row.rank_torch) == ("2.21.0", "")
+    assert row.throughput_per_gpu == pytest.approx(12)
+    # across nodes: TensorFlow's gRPC ring on CPU, on the interface the workers' addresses use
+    ring = rows.describe_interconnect("ring", ["a", "b"], "", {"GLOO_SOCKET_IFNAME": "eth0"})
+    assert ring == "tcp (grpc ring, eth0)"
 
 
 def test_dataparallel_row_counts_the_gpus_its_one_process_drives() -> None:

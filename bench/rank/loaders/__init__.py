@@ -6,7 +6,10 @@
   whole batch on the GPU (nvJPEG) and `augment` crops, resizes, flips and normalises it there.
 - `dali`: NVIDIA DALI reads, decodes (mixed CPU/GPU nvJPEG) and augments in its own threads.
 
-All three read the same file list (`folder.list_images`, ImageFolder order and labels), give
+- `tfdata`: the tf launcher's input: tf.data reads, decodes (decode_jpeg) and augments in a
+  parallel map (built by bench.rank.keras_worker; the torch ranks cannot use it).
+
+The torch loaders read the same file list (`folder.list_images`, ImageFolder order and labels), give
 each rank a disjoint shard and reshuffle every epoch from the run's seed, and yield endless
 (images, labels) batches already on the device. Which loaders can run on a machine is decided
 before launch by `bench.loader_support` on the controller.
@@ -54,10 +57,13 @@ class Loader:
     ready before it is asked (drained before the loader is timed alone)."""
 
     name: str
-    module: str  # the module of this package that builds it
+    module: str  # the module of this package that builds it ("": the rank builds it itself)
     summary: str  # what it does, for the --loader help
+    framework: str = "torch"  # the framework whose ranks read it (a launcher kind's framework)
 
     def _module(self) -> ModuleType:
+        if not self.module:
+            raise ValueError(f"the {self.name} loader feeds {self.framework} ranks only")
         return importlib.import_module(f"{__name__}.{self.module}")
 
     def batches(self, request: LoaderRequest) -> Iterator[Batch]:
@@ -68,12 +74,15 @@ class Loader:
         return int(self._module().queue_depth(workers))
 
 
+# tf's own pipeline (the tf launcher reads --data only through it)
+TF_DATA = Loader("tfdata", "", "tf.data, for the tf launcher", framework="tensorflow")
 LOADERS: dict[str, Loader] = {
     loader.name: loader
     for loader in (
         Loader("torch", "torch_loader", "DataLoader workers decode on the CPU"),
         Loader("nvjpeg", "nvjpeg", "torchvision decodes and augments on the GPU"),
         Loader("dali", "dali", "NVIDIA DALI"),
+        TF_DATA,
     )
 }
 
