@@ -216,6 +216,14 @@ CASES: dict[str, tuple[dict, str, str]] = {
         "python_env_tensorflow_package",
         '"tensorflow==2.20.0"',
     ),
+    "TensorFlow in torch's environment": (
+        {
+            "python_env_install_tensorflow": True,
+            "python_env_tensorflow_path": "/opt/miniforge3/envs/train/",
+        },
+        "python_env_tensorflow_path",
+        "is torch's environment",
+    ),
     "Horovod for TensorFlow": (
         {"horovod_with_tensorflow": True},
         "horovod_with_tensorflow",
