@@ -104,12 +104,36 @@ def route_to(target: str) -> tuple[str | None, str | None]:
     return address, None
 
 
-def tensorflow_version() -> str | None:
-    """The installed TensorFlow's version, whichever wheel provides the module (tensorflow,
-    tensorflow-cpu); None without one. Reads metadata only: nothing is imported."""
-    for dist in metadata.packages_distributions().get("tensorflow", []):
-        return _dist_version(dist)
+# The wheels that provide the `tensorflow` module (PyPI: tensorflow, whose [and-cuda] extra adds
+# its CUDA 12 libraries, and tensorflow-cpu; checked 2026-11-25).
+TENSORFLOW_WHEELS = ("tensorflow", "tensorflow-cpu")
+# roles/python_env installs TensorFlow in its own environment beside torch's, <env>-tf
+# (python_env_tensorflow_path's default): its CUDA 12 wheels and torch's CUDA 13 ones write
+# the same files (the role's tasks/tensorflow.yml has the evidence).
+TENSORFLOW_ENV_SUFFIX = "-tf"
+
+
+def _tensorflow_in(prefix: Path) -> str | None:
+    """The TensorFlow installed in the environment at `prefix` (metadata only, no import)."""
+    for site in sorted(prefix.glob("lib/python3*/site-packages")):
+        for dist in metadata.distributions(path=[str(site)]):
+            # a wheel's name may be written tensorflow_cpu (PEP 503 normalises - _ . alike)
+            if re.sub(r"[-_.]+", "-", (dist.name or "").lower()) in TENSORFLOW_WHEELS:
+                return dist.version
     return None
+
+
+def tensorflow_env(python: str = sys.executable) -> tuple[str, str | None]:
+    """(interpreter, TensorFlow version or None) of the TensorFlow the tf launcher runs: the
+    one in `python`'s environment, else the one in the python_env role's environment beside it
+    (<env>-tf). `python` is an environment's bin/python (not resolved: a venv's links out)."""
+    prefix = Path(python).parent.parent
+    beside = Path(f"{prefix}{TENSORFLOW_ENV_SUFFIX}")
+    for env in (prefix, beside):
+        version = _tensorflow_in(env)
+        if version:
+            return str(env / "bin" / Path(python).name), version
+    return python, None
 
 
 def torch_facts(gpus: bool = True) -> dict[str, Any]:
@@ -153,9 +177,8 @@ def survey(target: str = "", versions: bool = True) -> dict[str, Any]:
         "cores": cpu_cores(),
     }
     if versions:
-        info.update(
-            torch_facts(), horovod=_dist_version("horovod"), tensorflow=tensorflow_version()
-        )
+        info.update(torch_facts(), horovod=_dist_version("horovod"))
+        info["tensorflow_python"], info["tensorflow"] = tensorflow_env()
         info["driver"] = nvidia_driver_version()
         info["driver_branch"] = info["driver"].split(".")[0] if info["driver"] else None
     if target:
@@ -178,6 +201,7 @@ class NodeInfo:
     nccl: str | None = None
     horovod: str | None = None
     tensorflow: str | None = None
+    tensorflow_python: str | None = None  # the interpreter of the environment that has it
     driver: str | None = None
     driver_branch: str | None = None
     gpus: int = 0
@@ -285,7 +309,7 @@ def local_environment(python: str = sys.executable, check_horovod: bool = True) 
     memory on GPU 0 for the whole sweep): the GPUs are queried by a child."""
     import torch
 
-    info = {**survey(versions=False), "tensorflow": tensorflow_version()}
+    info = {**survey(versions=False), "tensorflow": tensorflow_env(python)[1]}
     if torch.cuda.is_available():
         found = _run_json([python, "-c", _GPU_PROBE], timeout_s=180)
         if isinstance(found, str) or not found.get("gpus"):

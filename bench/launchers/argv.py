@@ -19,6 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench.launcher_kinds import TENSORFLOW_PACKAGE
+
 # How long the nodes wait for each other to join: torchrun's c10d rendezvous join_timeout and
 # horovodrun's --start-timeout, the same on every backend.
 JOIN_TIMEOUT_S = 300
@@ -36,6 +38,11 @@ class Tools:
 
     python: str = sys.executable
     horovodrun: str = field(default_factory=_default_horovodrun)
+    tensorflow: str = ""  # the interpreter with TensorFlow when not `python` (bench.machine)
+
+    def python_for(self, framework: str) -> str:
+        """The interpreter that runs ranks of `framework` (a launcher kind's)."""
+        return (self.tensorflow or self.python) if framework == TENSORFLOW_PACKAGE else self.python
 
     @classmethod
     def beside(cls, python: str) -> Tools:

@@ -286,11 +286,15 @@ class ClusterLauncher:
         worker at the address the others reach it on (on one node none: MirroredStrategy)."""
         placement = launch.placement
         if launch.kind.argv is Argv.PER_NODE:
-            own = {}
+            own, host = {}, placement[index].host
+            # the node's TensorFlow environment, as its survey found it (in an image: the image's)
+            found = None if launch.image else self.infos[host].tensorflow_python
+            tools = dataclasses.replace(tools, tensorflow=found or "")
             if launch.nodes > 1:
                 workers = [self._address(n.host) or n.host for n in placement]
                 own[TF_CONFIG_VAR] = tf_config(workers, self.cluster.rdzv_port, index)
-            return python_argv(tools.python, module=launch.module, args=launch.args), own
+            python = tools.python_for(launch.kind.framework)
+            return python_argv(python, module=launch.module, args=launch.args), own
         argv = torchrun_argv(
             tools.python,
             nnodes=launch.nodes,

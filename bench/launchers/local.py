@@ -30,6 +30,7 @@ from bench.launchers.argv import (
 )
 from bench.launchers.docker import Containers, container_name
 from bench.launchers.stop import STOP, StopPolicy, stop_container, stop_tree
+from bench.machine import tensorflow_env
 from bench.paths import REPO_ROOT
 from bench.rank.lifeline import die_with_parent
 from bench.spec import LOCAL_HOST, ProbeSpec, RunSpec, format_hosts
@@ -130,7 +131,7 @@ class LocalLauncher:
         policy: StopPolicy = STOP,
         containers: Containers | None = None,
     ) -> None:
-        self.tools = tools or Tools()
+        self.tools = tools or Tools(tensorflow=tensorflow_env()[0])
         self.policy = policy
         self.containers = containers or Containers()
 
@@ -143,7 +144,8 @@ class LocalLauncher:
         env = rank_environment(launch.threads_per_rank, launch.device, launch.sweep_id)
         tools = self.containers.tools(launch.image) if launch.image else self.tools
         if launch.kind.argv in (Argv.PLAIN, Argv.PER_NODE):  # one node: no TF_CONFIG needed
-            argv = python_argv(tools.python, module=launch.module, args=launch.args)
+            python = tools.python_for(launch.kind.framework)
+            argv = python_argv(python, module=launch.module, args=launch.args)
         elif launch.kind.argv is Argv.HOROVODRUN:
             argv = horovodrun_argv(
                 tools.horovodrun,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from integration_support import unavailable
 
-from bench.machine import horovod_status, tensorflow_version
+from bench.machine import horovod_status, tensorflow_env
 
 
 @pytest.fixture(scope="module")
@@ -18,8 +18,7 @@ def horovod() -> None:
 
 @pytest.fixture(scope="module")
 def tensorflow() -> None:
-    """TensorFlow in this environment (scripts/test.sh installs tensorflow-cpu; elsewhere the
-    test skips)."""
-    version = tensorflow_version()
-    if version is None:
-        unavailable("TensorFlow is not installed in this environment")
+    """TensorFlow in this environment or beside it (scripts/test.sh installs tensorflow-cpu;
+    elsewhere the test skips)."""
+    if tensorflow_env()[1] is None:
+        unavailable("TensorFlow is not installed in or beside this environment")

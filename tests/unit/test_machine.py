@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -138,3 +139,28 @@ def test_the_node_cli_prints_one_marked_survey_line_with_the_route(capsys) -> No
     info = parse_survey_output("here", out)
     assert (info.interface, info.address) == ("lo", "127.0.0.1")
     assert out.startswith(machine.SURVEY_MARKER + " ") and len(out.splitlines()) == 1
+
+
+def _environment(prefix: Path, *wheels: tuple[str, str]) -> str:
+    """An environment's layout as venv and pip make it: bin/python and, per installed wheel,
+    its NAME-VERSION.dist-info/METADATA (core metadata: Name and Version headers)."""
+    (prefix / "bin").mkdir(parents=True)
+    (prefix / "bin" / "python").touch()
+    site = prefix / "lib" / "python3.12" / "site-packages"
+    for name, version in wheels:
+        info = site / f"{name.replace('-', '_')}-{version}.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    return str(prefix / "bin" / "python")
+
+
+def test_tensorflow_is_found_in_the_environment_or_in_the_roles_one_beside_it(
+    tmp_path: Path,
+) -> None:
+    torch_env = _environment(tmp_path / "train", ("torch", "2.13.0"))
+    assert machine.tensorflow_env(torch_env) == (torch_env, None)
+    # python_env's own TensorFlow environment, <env>-tf, written as pip writes tensorflow-cpu
+    beside = _environment(tmp_path / "train-tf", ("tensorflow_cpu", "2.21.0"))
+    assert machine.tensorflow_env(torch_env) == (beside, "2.21.0")
+    both = _environment(tmp_path / "both", ("torch", "2.13.0"), ("tensorflow", "2.21.0"))
+    assert machine.tensorflow_env(both) == (both, "2.21.0")  # its own first
