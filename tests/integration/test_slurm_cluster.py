@@ -78,8 +78,8 @@ def test_slurm_cluster_is_real(cluster) -> None:
     ]
 
 
-@pytest.mark.usefixtures("horovod")
-def test_sbatch_of_the_sweep_runs_ddp_and_horovod_inside_one_allocation(
+@pytest.mark.usefixtures("horovod", "tensorflow")
+def test_sbatch_of_the_sweep_runs_ddp_horovod_and_tf_inside_one_allocation(
     cluster, tmp_path: Path
 ) -> None:
     env, base = cluster
@@ -94,6 +94,8 @@ def test_sbatch_of_the_sweep_runs_ddp_and_horovod_inside_one_allocation(
         f"--output={log}",
         str(REPO / "scripts" / "slurm-sweep.sh"),
         *TINY,
+        "--model",
+        "resnet50",  # the tf launcher's one model (keras.applications.ResNet50)
         "--out",
         str(out),
         "--nodes",
@@ -101,7 +103,7 @@ def test_sbatch_of_the_sweep_runs_ddp_and_horovod_inside_one_allocation(
         "--gpus-per-node",
         "1",
         "--launchers",
-        "ddp,horovod",
+        "ddp,horovod,tf",
         "--repeats",
         "1",
         "--no-probe",
@@ -119,7 +121,9 @@ def test_sbatch_of_the_sweep_runs_ddp_and_horovod_inside_one_allocation(
     (directory,) = [d for d in out.iterdir() if d.is_dir()]
     rows = pd.read_parquet(directory / "runs.parquet").to_dict("records")
     by_config = {(r["launcher"], r["nodes"]): r for r in rows}
-    assert set(by_config) == {("ddp", 1), ("ddp", 2), ("horovod", 1), ("horovod", 2)}, text
+    assert set(by_config) == {
+        (launcher, nodes) for launcher in ("ddp", "horovod", "tf") for nodes in (1, 2)
+    }, text
     for (launcher, nodes), run in by_config.items():
         assert run["status"] == "ok", (launcher, nodes, run["error"])
         # the allocation's first nodes, as the ranks reported them
@@ -127,6 +131,9 @@ def test_sbatch_of_the_sweep_runs_ddp_and_horovod_inside_one_allocation(
         assert run["images"] == run["global_batch"] * 3
     assert by_config[("ddp", 2)]["interconnect"] == "tcp (gloo, eth0)"
     assert by_config[("horovod", 2)]["interconnect"] == "tcp (gloo, eth0)"
+    # one TensorFlow worker per node as an srun step, TF_CONFIG naming both: the gRPC ring
+    assert by_config[("tf", 2)]["backend"] == "ring"
+    assert by_config[("tf", 2)]["interconnect"] == "tcp (grpc ring, eth0)"
     # one allocation for the whole sweep: the controller ran in it, on its first node
     meta = json.loads((directory / "sweep.json").read_text())
     assert meta["system"]["nodes"][0]["host"] == "gss1"
