@@ -59,12 +59,13 @@ def test_venv_uses_the_requested_interpreter(host):
 
 def test_tensorflow_in_its_own_environment(host):
     # python_env_install_tensorflow: compat.yml's release, in <env>-tf made from the same
-    # interpreter, with the Keras it requires; no GPU here, so it lists none.
+    # interpreter, with the Keras it requires and the bench (the tf launcher's ranks run there);
+    # no GPU here, so it lists none.
     compat = yaml.safe_load((PROJECT / "compat.yml").read_text())["tensorflow"]
     tf_python = f"{TF_VENV}/bin/python"
     assert host.file(f"{TF_VENV}/pyvenv.cfg").contains("^home = /usr/bin$")
     probe = (
-        "import json, sys, keras, tensorflow as tf; print(json.dumps([sys.version_info[1], "
+        "import json, sys, bench, keras, tensorflow as tf; print(json.dumps([sys.version_info[1], "
         'tf.__version__, keras.__version__, len(tf.config.list_physical_devices("GPU")), '
         "float(tf.reduce_sum(tf.ones([2, 3])))]))"
     )
