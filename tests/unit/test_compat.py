@@ -262,3 +262,10 @@ def test_nvidia_ml_py_floor_is_compat_yml_s_everywhere():
     assert (
         "nvidia-ml-py>={{ python_env_compat.nvidia_ml_py_min }}" in defaults["python_env_packages"]
     )
+
+
+def test_the_tests_tensorflow_is_the_release_compat_yml_installs():
+    """CI's tensorflow-cpu (constraints.txt: the bench's tests and molecule's wheelhouse) is
+    the TensorFlow python_env installs on servers, so what CI shows is what a server gets."""
+    pins = re.findall(r"^tensorflow-cpu==(\S+)$", (ROOT / "constraints.txt").read_text(), re.M)
+    assert pins == [COMPAT["tensorflow"]["version"]]
