@@ -19,7 +19,7 @@ import pytest
 from bench_builders import config_for, cpu_machine, gpu_machine
 
 import bench
-from bench.launcher_kinds import TORCH_RANK as WORKER_MODULE
+from bench.launcher_kinds import TORCH_RANK
 from bench.launchers import PROBE_MODULE, launch_of, rank_environment
 from bench.launchers.argv import (
     JOIN_TIMEOUT_S,
@@ -156,7 +156,7 @@ def test_a_spec_is_read_once_into_a_launch() -> None:
     config = config_for(["--gpus", "2", "--launchers", "ddp,horovod"], cpu_machine())
     ddp, hvd = plan_sweep(config, "s", local_placement(2), 2)[:2]
     launch = launch_of(ddp)
-    assert (launch.launch_id, launch.launcher, launch.module) == (ddp.run_id, "ddp", WORKER_MODULE)
+    assert (launch.launch_id, launch.launcher, launch.module) == (ddp.run_id, "ddp", TORCH_RANK)
     assert RunSpec.decode(launch.args[1]) == ddp and launch.args[0] == "--spec"
     assert launch_of(hvd).launcher == "horovod"
     (probe,) = plan_probes(config, "s", local_placement(2), 2)
