@@ -73,9 +73,9 @@ def why_not_runnable(spec: RunSpec) -> str | None:
 def backend(gpu: bool, nodes: int, replicas_per_node: int) -> str:
     """How the replicas' gradients are reduced: across nodes MultiWorkerMirroredStrategy's
     collectives (NCCL on GPUs, gRPC ring on CPU: bench.rank.keras_worker picks them); on one
-    node MirroredStrategy's default (NcclAllReduce on GPUs, ReductionToOneDevice else: its
-    cross_device_ops, tf.distribute.MirroredStrategy API page, v2.21.0, checked 2026-11-25);
-    "none" for one replica."""
+    node MirroredStrategy's default (NcclAllReduce on GPUs, ReductionToOneDevice when any
+    device is not a GPU: select_cross_device_ops in tensorflow/python/distribute/
+    cross_device_ops.py of the 2.21.0 wheel, read 2026-11-25); "none" for one replica."""
     if nodes > 1:
         return "nccl" if gpu else "ring"
     if replicas_per_node == 1:
