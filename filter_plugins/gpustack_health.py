@@ -1,0 +1,182 @@
+"""Hardware health checks of playbooks/verify.yml (issue 24): tool output in, one check row out.
+
+Each filter takes what a task registered (a dict with rc, stdout, stderr, msg) and the check's
+threshold, and returns the row verify.yml appends to verify_checks:
+
+    {{ verify_health_nvlink_run | gpustack_health_nvlink(verify_nvlink_max_inactive) }}
+    -> {'check': 'nvlink_links', 'passed': False,
+        'figures': {'inactive_links': ['GPU 3 link 3', ...], 'threshold': 0, ...},
+        'message': 'one line: what was measured and what to do'}
+
+The message is empty when the check passed. Output formats (checked 2026-11-25, copied into
+tests/fixtures/health/ with their sources in SOURCES.md there):
+- `nvidia-smi nvlink -s`: "GPU <n>: <name> (UUID: ...)" then "Link <k>: <speed> GB/s" or
+  "Link <k>: <inactive>" (Azure/azhpc-diagnostics#73, NVIDIA/k8s-test-infra#371);
+- kernel log: "NVRM: Xid (PCI:<bus id>): <code>, <text>" (NVIDIA/NVSentinel#155,
+  leptonai/gpud#1209);
+- `dcgmi diag -r <level>`: a table of "| <test> | <Pass|Fail|Warn|Skip>[ - ...] |" rows, DCGM 4
+  adding per-GPU rows "|  | GPU0: Pass |" (NVIDIA/DCGM#55, #49, #253). Its JSON form (-j) changed
+  its top-level key between DCGM 3 and 4 ("DCGM GPU Diagnostic" / "DCGM Diagnostic",
+  facebookresearch/gcm#38) and no real DCGM 4 JSON sample was found, so the table is read.
+Unit tests: tests/unit/test_health_checks.py.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+
+NVLINK_GPU = re.compile(r"^GPU (\d+): (.*)$")
+NVLINK_LINK = re.compile(r"^\s+Link (\d+): (.*?)\s*$")
+NVLINK_INACTIVE = "<inactive>"
+XID = re.compile(r"NVRM: Xid \(PCI:([0-9A-Fa-f:.]+)\): (\d+),\s*(.*)$")
+DCGM_ROW = re.compile(
+    r"^\|\s*(?P<test>[^|]*?)\s*\|\s*(?:GPU\d+:\s*)?(?P<status>Pass|Fail|Warn|Skip)\b"
+)
+DCGM_WARNING = re.compile(r"^\|\s*(?:Warning)?\s*\|\s*(?P<text>.*?)\s*\|?\s*$")
+DCGM_FAILING = {"Fail"}
+
+
+def _row(check: str, passed: bool, figures: dict, message: str) -> dict:
+    return {
+        "check": check,
+        "passed": passed,
+        "figures": figures,
+        "message": "" if passed else message,
+    }
+
+
+def _ran(result: Mapping) -> tuple[bool, str]:
+    """Whether the command ran and exited 0, and the last line it (or Ansible) said otherwise."""
+    rc = result.get("rc")
+    said = (
+        str(result.get("stderr") or "").strip() or str(result.get("msg") or "").strip()
+    ).splitlines()
+    return rc == 0, f"rc {rc}: {said[-1] if said else 'no output'}"
+
+
+def gpu_count(pci_gpus, expected) -> dict:
+    """GPUs on the PCI bus against the expected count (verify_expected_gpus)."""
+    found, wanted = int(pci_gpus), int(expected)
+    return _row(
+        "gpu_count",
+        found == wanted,
+        {"pci_gpus": found, "threshold": wanted},
+        f"{found} NVIDIA GPU(s) on the PCI bus, verify_expected_gpus is {wanted}: a GPU that fell "
+        "off the bus or is not seated shows here; reseat or replace it, or correct the count.",
+    )
+
+
+def nvlink_links(result: Mapping, max_inactive=0) -> dict:
+    """Every NVLink link `nvidia-smi nvlink -s` lists is active (GPUs listing no link have none)."""
+    ran, said = _ran(result)
+    links: dict[str, list[str]] = {}
+    gpu = None
+    for line in str(result.get("stdout") or "").splitlines():
+        if header := NVLINK_GPU.match(line):
+            gpu = header.group(1)
+            links.setdefault(gpu, [])
+        elif gpu is not None and (link := NVLINK_LINK.match(line)):
+            links[gpu].append(link.group(1) if link.group(2) == NVLINK_INACTIVE else "")
+    inactive = [f"GPU {g} link {k}" for g, ks in links.items() for k in ks if k]
+    figures = {
+        "links_per_gpu": {g: len(ks) for g, ks in links.items()},
+        "inactive_links": inactive,
+        "threshold": int(max_inactive),
+    }
+    passed = ran and len(inactive) <= int(max_inactive)
+    return _row(
+        "nvlink_links",
+        passed,
+        figures,
+        (
+            f"NVLink link(s) down: {', '.join(inactive)} (verify_nvlink_max_inactive = "
+            f"{max_inactive}). "
+            # `nvidia-smi nvlink -e` prints the links' error counters
+            # (GoogleCloudPlatform/cluster-toolkit#5942, checked 2026-11-25).
+            "Read `nvidia-smi nvlink -e` and Fabric Manager's log; reset the GPU, then reseat or "
+            "RMA it."
+        )
+        if ran
+        else f"`nvidia-smi nvlink -s` failed ({said}).",
+    )
+
+
+def xid_errors(result: Mapping, allowed_codes: Iterable = ()) -> dict:
+    """Xid errors in the kernel log since boot, except the codes allowed."""
+    ran, said = _ran(result)
+    allowed = {int(code) for code in allowed_codes or ()}
+    found = [
+        {"pci": m.group(1), "xid": int(m.group(2)), "text": m.group(3).strip()}
+        for line in str(result.get("stdout") or "").splitlines()
+        if (m := XID.search(line))
+    ]
+    counted = [x for x in found if x["xid"] not in allowed]
+    codes = sorted({x["xid"] for x in counted})
+    figures = {"xid_codes": codes, "xid_errors": counted, "threshold": sorted(allowed)}
+    if not ran:
+        message = f"Could not read the kernel log with `journalctl -k -b` ({said})."
+    else:
+        first = counted[0] if counted else {}
+        message = (
+            f"{len(counted)} Xid error(s) since boot, codes {codes} (first: Xid "
+            f"{first.get('xid')} on "
+            f'PCI:{first.get("pci")}, "{first.get("text")}"). Look the codes up in NVIDIA\'s Xid '
+            "documentation, drain the node and reset or replace that GPU (verify_xid_allowed_codes "
+            "lists codes to tolerate)."
+        )
+    return _row("xid_errors", ran and not counted, figures, message)
+
+
+def dcgm_diag(result: Mapping, level=1) -> dict:
+    """`dcgmi diag -r <level>`: no test failed (Warn and Skip are reported, not failed)."""
+    _, said = _ran(result)
+    statuses: dict[str, str] = {}
+    warnings: list[str] = []
+    last = None
+    for line in str(result.get("stdout") or "").splitlines():
+        if row := DCGM_ROW.match(line):
+            test = row.group("test") or last
+            last = test
+            if statuses.get(test) not in DCGM_FAILING:
+                statuses[test] = row.group("status")
+        elif (line.startswith("| Warning") or (warnings and line.startswith("|  "))) and (
+            text := DCGM_WARNING.match(line)
+        ):
+            warnings.append(text.group("text"))
+    failed = sorted(t for t, s in statuses.items() if s in DCGM_FAILING)
+    figures = {
+        "level": int(level),
+        "tests": statuses,
+        "failed": failed,
+        "warning": " ".join(warnings)[:400],
+        "threshold": "no test Fail",
+        "rc": result.get("rc"),
+    }
+    # The table decides; its exit status is only reported (no source says what it is on a Fail).
+    passed = bool(statuses) and not failed
+    if failed:
+        message = (
+            f"dcgmi diag -r {level} failed {', '.join(failed)}: "
+            f"{figures['warning'] or 'see the table'}. Drain the node, rerun `dcgmi diag -r 3` and "
+            "reset or replace the GPU until the failing test passes."
+        )
+    else:
+        message = f"`dcgmi diag -r {level}` listed no test ({said}); is nvidia-dcgm running?"
+    return _row("dcgm_diag", passed, figures, message)
+
+
+def not_checked(check: str, reason: str) -> dict:
+    """A check that does not apply on this host: passed, with the reason in its figures."""
+    return _row(check, True, {"skipped": reason}, "")
+
+
+class FilterModule:
+    def filters(self):
+        return {
+            "gpustack_health_gpu_count": gpu_count,
+            "gpustack_health_nvlink": nvlink_links,
+            "gpustack_health_xid": xid_errors,
+            "gpustack_health_dcgm_diag": dcgm_diag,
+            "gpustack_health_not_checked": not_checked,
+        }
