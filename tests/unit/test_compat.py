@@ -185,6 +185,35 @@ def test_each_cuda_major_names_its_torch_and_cupy():
         assert re.fullmatch(r"\d+\.\d+\.\d+", entry["cupy_version"]), major
 
 
+def test_each_cuda_major_names_its_dcgm_package():
+    # NVIDIA names DCGM 4's CUDA packages by major (datacenter-gpu-manager-4-cuda12, -cuda13) and
+    # versions them with epoch 1 (1:4.5.2-1); roles/dcgm installs these with -core and -proprietary.
+    for major, entry in COMPAT["cuda_major"].items():
+        assert entry["dcgm"] == f"datacenter-gpu-manager-4-cuda{major}"
+        assert re.fullmatch(r"1:4\.\d+\.\d+-\d+", entry["dcgm_version"]), major
+    assert all(isinstance(e["dcgm"], bool) for e in COMPAT["distros"].values())
+
+
+DCGM_COMMON = ("datacenter-gpu-manager-4-core", "datacenter-gpu-manager-4-proprietary")
+
+
+@pytest.mark.parametrize("distro", STANDIN_DISTROS)
+def test_standin_offers_dcgm_only_where_the_table_says_nvidia_publishes_it(distro):
+    offered = standin_versions(distro)
+    dcgm = {name for name in offered if name.startswith("datacenter-gpu-manager")}
+    if not COMPAT["distros"][distro]["dcgm"]:
+        assert dcgm == set()
+        return
+    for entry in COMPAT["cuda_major"].values():
+        for name in (*DCGM_COMMON, entry["dcgm"]):
+            assert entry["dcgm_version"] in offered.get(name, set()), name
+            # A newer build than the table's, which the pins and holds must keep out.
+            newer = [
+                v for v in offered[name] if v.split(":")[1] > entry["dcgm_version"].split(":")[1]
+            ]
+            assert newer, name
+
+
 PYTHON_ENV = ROOT / "roles/python_env"
 
 
