@@ -183,6 +183,23 @@ CASES: dict[str, tuple[dict, str, str]] = {
         "nccl_cuda_version",
         "cuda_toolkit_version",
     ),
+    # dcgm
+    "dcgm_enabled not a boolean": (
+        {"dcgm_enabled": "sometimes"},
+        "dcgm_enabled",
+        "bool",
+    ),
+    "DCGM version without NVIDIA's epoch": (
+        {"dcgm_version": "4.5.2-1"},
+        "dcgm_version",
+        '"4.5.2-1"',
+    ),
+    # site.yml passes nvidia_driver_branch as dcgm_driver_branch: an inventory value has no effect
+    "DCGM driver branch that site.yml overrides, strict": (
+        {"dcgm_driver_branch": "535", "gpustack_strict_vars": True},
+        "dcgm_driver_branch",
+        "nvidia_driver_branch",
+    ),
     # conda
     "conda installer checksum too short": (
         {"conda_installer_sha256": "abc123"},

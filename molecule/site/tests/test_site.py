@@ -233,3 +233,61 @@ def test_preflight_refuses_what_the_os_does_not_get(host, distro, refused):
     site = Path(__file__).resolve().parents[3] / "site.yml"
     message = refused(host, site, extra_vars)
     assert expected in message
+
+
+# DCGM (roles/dcgm, on by default): where compat.yml says NVIDIA publishes it (here Debian 12; not
+# Ubuntu 20.04 or Debian 13), -core, -proprietary and the package of the driver's CUDA major at
+# compat.yml's version, pinned and held while the stand-in offers a newer build, and the nvidia-dcgm
+# host engine enabled and running; elsewhere nothing of DCGM.
+DCGM_PIN = "/etc/apt/preferences.d/gpustack-dcgm"
+
+
+@pytest.fixture
+def dcgm(compat, distro, defaults):
+    """{package: version} roles/dcgm must install, or {} where NVIDIA publishes no DCGM. The CUDA
+    major is the driver's: that of the newest CUDA release the default branch ships with (R580:
+    13.0, so datacenter-gpu-manager-4-cuda13, as NVIDIA's guide picks it from nvidia-smi)."""
+    if not compat["distros"][distro]["dcgm"]:
+        return {}
+    branch = int(defaults.branch)
+    release = [r for r, entry in compat["cuda"].items() if entry["ships_with"] <= branch][-1]
+    entry = compat["cuda_major"][release.split(".")[0]]
+    names = ["datacenter-gpu-manager-4-core", "datacenter-gpu-manager-4-proprietary", entry["dcgm"]]
+    return dict.fromkeys(names, entry["dcgm_version"])
+
+
+def test_dcgm_installed_pinned_and_held_where_published(host, dcgm, distro, standin):
+    installed = host.check_output("dpkg-query --show --showformat='${Package} ${Version}\\n'")
+    found = {
+        name: version
+        for name, version in (line.split() for line in installed.splitlines())
+        if name.startswith("datacenter-gpu-manager")
+    }
+    assert found == dcgm
+    if not dcgm:
+        assert not host.file(DCGM_PIN).exists
+        return
+    pin = host.file(DCGM_PIN).content_string
+    assert f"Pin: version {next(iter(dcgm.values()))}\n" in pin
+    assert f"Package: {' '.join(dcgm)}\n" in pin
+    selections = dict(
+        line.split() for line in host.check_output("dpkg --get-selections").splitlines()
+    )
+    assert {name: selections.get(name) for name in dcgm} == dict.fromkeys(dcgm, "hold")
+    blacklist = host.check_output("apt-config dump Unattended-Upgrade::Package-Blacklist")
+    assert [name for name in dcgm if f'"{name}$"' not in blacklist] == []
+    # The stand-in offers a newer build of each; a plain upgrade must leave them where they are.
+    for name, version in dcgm.items():
+        assert standin.newest(name, distro) != version, f"the scenario needs a newer {name}"
+    plan = host.check_output("LC_ALL=C apt-get --simulate upgrade")
+    moved = [line.split()[1] for line in plan.splitlines() if line.startswith("Inst ")]
+    assert [name for name in moved if name in dcgm] == []
+
+
+def test_dcgm_host_engine_enabled_and_running(host, dcgm):
+    service = host.service("nvidia-dcgm")
+    if not dcgm:
+        assert not service.is_running
+        return
+    assert service.is_enabled
+    assert service.is_running
