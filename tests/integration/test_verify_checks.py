@@ -1,0 +1,147 @@
+"""playbooks/verify.yml's checks in both directions, against this machine with stand-in tools.
+
+verify.yml runs over a local connection with every tool and file it reads pointed (by its
+verify_* variables) at tests/standin/tools: outputs copied from the real tools, chosen per check by
+GPUSTACK_STANDIN_FAULTS. A healthy run must pass every check and exit 0; a faulty run must fail
+every check with its own message and exit non-zero. So inverting any check's logic fails a test.
+gpus_present's fault (no GPU on the PCI bus) changes what every other check compares with, so it
+runs alone, with --tags driver (which also shows the tags still select their checks).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from integration_support import unavailable
+
+REPO = Path(__file__).resolve().parents[2]
+TOOLS = REPO / "tests" / "standin" / "tools"
+PLAYBOOK = Path(sys.executable).with_name("ansible-playbook")
+
+_spec = importlib.util.spec_from_file_location("standin", TOOLS / "standin.py")
+standin = sys.modules.setdefault("standin", importlib.util.module_from_spec(_spec))
+_spec.loader.exec_module(standin)
+
+# check -> what its failure message must say with the faulty stand-ins.
+FAULT_MESSAGES = {
+    "nvidia_smi_sees_all_gpus": "nvidia-smi -L lists 0 GPUs but the PCI bus has 4 (rc 9:",
+    "driver_branch": "reports driver 565.57.01 and the loaded kernel module is 565.57.01",
+    "compat_driver_branch": "Driver branch 565 is not one compat.yml lists for debian12",
+    "persistence_mode": "Persistence mode is off on GPU(s) 0, 00000000:07:00.0, 565.57.01,",
+    "fabric_manager": 'gpuhost has 6 NVSwitch(es) but nvidia-fabricmanager is "inactive"',
+    "cuda_release": "/nvcc reports CUDA 11.1 (rc 0), but cuda_toolkit_version is 13.0.",
+    "compat_cuda": "CUDA 11.1 with driver branch 565 on debian12 is not a combination",
+    "cudnn_version": "cudnn_version.h states cuDNN ?.?.?, but cudnn_version is 9.20.0.48",
+    "nccl_version": "nccl.h states NCCL ?.?.?, but nccl_version is 2.29.7-1",
+    "torch_gpus_nccl": 'does not use all 4 GPUs with NCCL: {"torch": "2.14.1+cu126"',
+    "compat_torch_cuda_major": "torch 2.14.1+cu126 is built for CUDA 12.6 but the toolkit is",
+    "horovod_build": "does not list both PyTorch and NCCL as built",
+    "nccl_runtime": "/usr/lib/x86_64-linux-gnu/libnccl.so.2.29.7'] (torch NCCL 2.29.7",
+    "nccl_tests_allreduce": "/all_reduce_perf -g 4 (rc 127) measured 0.0 GB/s",
+    "container_gpus": "nvidia-smi -L` lists 0 GPUs but the PCI bus has 4 (rc 125: docker: Error",
+    "cupy_matmul": "within 0.001 of NumPy (per GPU: [0.98])",
+    "tensorflow_gpus_matmul": "lists 0 of the 4 GPUs",
+}
+GPUS_PRESENT_MESSAGE = "gpuhost has no NVIDIA GPU on the PCI bus: it should not be in gpu_nodes."
+# The versions the healthy stand-ins report, as the inventory would request them.
+EXPECTED = {
+    "nvidia_driver_branch": "580",
+    "cuda_toolkit_version": "13.0",
+    "cudnn_version": "9.20.0.48",
+    "nccl_version": "2.29.7-1",
+}
+
+
+def run_verify(tmp: Path, faults: set[str], *args: str) -> tuple[subprocess.CompletedProcess, dict]:
+    if not PLAYBOOK.exists():
+        unavailable("ansible-playbook is not installed beside this Python")
+    inventory = tmp / "hosts.yml"
+    host = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    inventory.write_text(yaml.safe_dump({"gpu_nodes": {"hosts": {"gpuhost": host}}}))
+    # Extra variables: verify.yml declares its verify_* variables in the play, above inventory.
+    extra = {
+        **EXPECTED,
+        **standin.build_root(tmp / "root", faults),
+        "verify_report_dir": str(tmp / "report"),
+        "verify_container_runtime": True,
+        "python_env_install_tensorflow": True,
+    }
+    (tmp / "extra.json").write_text(json.dumps(extra))
+    env = {
+        **os.environ,
+        standin.FAULTS_ENV: ",".join(sorted(faults)),
+        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+    }
+    proc = subprocess.run(
+        [
+            str(PLAYBOOK),
+            *("-i", str(inventory), "-e", f"@{tmp / 'extra.json'}", *args),
+            str(REPO / "playbooks" / "verify.yml"),
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    report = tmp / "report" / "gpuhost.json"
+    assert report.exists(), proc.stdout[-4000:] + proc.stderr[-2000:]
+    checks = json.loads(report.read_text())["checks"]
+    return proc, {check["check"]: check for check in checks}
+
+
+@pytest.fixture(scope="module")
+def healthy(tmp_path_factory):
+    return run_verify(tmp_path_factory.mktemp("healthy"), set())
+
+
+@pytest.fixture(scope="module")
+def faulty(tmp_path_factory):
+    return run_verify(tmp_path_factory.mktemp("faulty"), set(FAULT_MESSAGES))
+
+
+def test_a_healthy_node_passes_and_exits_0(healthy):
+    proc, checks = healthy
+    # Every check in the report passes, the health checks of tasks/verify_health.yml included
+    # (their stand-in outputs go into tests/standin/tools beside these).
+    assert [name for name, check in checks.items() if not check["passed"]] == []
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    assert {"gpus_present", *FAULT_MESSAGES} <= set(checks)
+
+
+@pytest.mark.parametrize("check", ["gpus_present", *FAULT_MESSAGES])
+def test_check_passes_on_a_healthy_node(healthy, check):
+    _, checks = healthy
+    assert checks[check]["passed"] is True, checks[check]
+    assert checks[check]["message"] == ""
+
+
+def test_a_faulty_node_exits_non_zero(faulty):
+    proc, _ = faulty
+    assert proc.returncode != 0
+    assert "check(s) failed on gpuhost" in " ".join(proc.stdout.split())
+
+
+@pytest.mark.parametrize("check", list(FAULT_MESSAGES))
+def test_check_fails_with_its_message(faulty, check):
+    _, checks = faulty
+    assert checks[check]["passed"] is False, checks[check]
+    assert FAULT_MESSAGES[check] in " ".join(checks[check]["message"].split())
+
+
+def test_gpus_present_fails_on_a_node_without_gpus(tmp_path):
+    proc, checks = run_verify(tmp_path, {"gpus_present"}, "--tags", "driver")
+    assert proc.returncode != 0
+    assert checks["gpus_present"]["passed"] is False
+    assert checks["gpus_present"]["message"] == GPUS_PRESENT_MESSAGE
+    # --tags driver runs the driver checks and none of the others.
+    assert "cuda_release" not in checks and "torch_gpus_nccl" not in checks
+    assert {"nvidia_smi_sees_all_gpus", "driver_branch", "persistence_mode"} <= set(checks)

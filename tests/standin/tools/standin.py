@@ -1,0 +1,250 @@
+#!/usr/bin/env python3
+"""Stand-ins for the tools playbooks/verify.yml runs, and the files it reads (TEST FIXTURES).
+
+Every tool name in this directory (and env/bin/python, env/bin/horovodrun) links here; the table
+TOOLS maps an invocation to the output the real tool printed, kept under fixtures/ with its source
+named beside its entry. GPUSTACK_STANDIN_FAULTS (comma-separated check names of verify.yml) picks,
+per invocation, the faulty output listed for that check instead of the healthy one, so one run can
+flip one check or all. build_root() lays out the files verify.yml reads (PCI devices, the kernel
+module's version, headers) the same way. To add a tool's output: a fixture file and a TOOLS entry.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+FIXTURES = HERE / "fixtures"
+FAULTS_ENV = "GPUSTACK_STANDIN_FAULTS"
+
+
+@dataclass(frozen=True)
+class Output:
+    fixture: str
+    rc: int = 0
+    stream: str = "stdout"
+
+
+@dataclass(frozen=True)
+class Tool:
+    healthy: Output
+    # (checks whose fault selects it, output): the first entry whose checks are all faulty wins,
+    # so an entry serving two faults at once goes before the entries for each alone.
+    faulty: tuple[tuple[tuple[str, ...], Output], ...] = ()
+
+
+@dataclass(frozen=True)
+class Report:
+    """A report in the format of one of our playbooks/files/verify_*.py scripts: faults patch it."""
+
+    healthy: str
+    patches: dict[str, dict] = field(default_factory=dict)  # check -> {"set": {...}, "drop": [...]}
+
+
+# Sources, checked 2026-11-25 (search tool, issues corpus, unless said otherwise):
+# - nvidia-smi -L: github.com/influxdata/telegraf/issues/5812 (4x A100-SXM4-80GB, GPU 0 in MIG
+#   mode).
+# - nvidia-smi's failure: the message of github.com/NVIDIA/nvidia-docker issues, exit status 9 as
+#   tests/integration/test_bench_playbook_gpus.py already uses.
+# - --query-gpu ... --format=csv,noheader: one line per GPU, fields joined by ", " (the layout of
+#   github.com/Ricks-Lab/gpu-utils/issues/83 and akash-network/provider-configs/pull/91); the bus
+#   ids are ours, 580.105.08 is a released driver (github.com/LibreELEC/LibreELEC.tv/pull/10657),
+#   565.57.01 a branch compat.yml does not list (github.com/nix-community/nixGL/issues/186).
+# - systemctl is-active prints the unit's state ("active", "inactive") and exits 0 only if active
+#   (systemd's man page systemctl(1)); 3 is what systemctl returns for an inactive unit.
+# - nvcc --version: fixtures/nvcc-version.txt is the CUDA 13.0 nvcc installed on the development
+#   machine (/usr/local/cuda-13.0, V13.0.88); the 11.1 one is github.com/pytorch/builder/pull/580.
+# - horovodrun --check-build: the format string of check_build() in horovod/runner/launch.py of the
+#   Horovod 0.28.1 sdist, filled for a PyTorch + Gloo + NCCL build (as ENVIRONMENT.md's build).
+# - all_reduce_perf: the header and columns of nccl-tests 2.20.0
+#   (github.com/NVIDIA/dgx-spark-playbooks/pull/103), rows 32 KB-32 MB of an 8-rank run
+#   (github.com/kvcache-ai/Mooncake/pull/3484); the missing-library failure is
+#   github.com/NVIDIA/nccl-tests/issues/85 (exit 127, the dynamic loader's message on stderr).
+# - docker run --gpus all ... nvidia-smi -L: nvidia-smi -L's format (above); the failure without
+#   the NVIDIA runtime: github.com/NVIDIA/nvidia-docker/issues/1637 (docker exits 125).
+QUERY = (
+    "--query-gpu=index,pci.bus_id,driver_version,persistence_mode",
+    "--format=csv,noheader",
+)
+CONTAINER = ("run", "--rm", "--pull", "missing", "--gpus", "all")
+TOOLS: dict[tuple[str, ...], Tool] = {
+    ("nvidia-smi", "-L"): Tool(
+        Output("nvidia-smi-L.txt"),
+        ((("nvidia_smi_sees_all_gpus",), Output("nvidia-smi-failed.txt", rc=9)),),
+    ),
+    ("nvidia-smi", *QUERY): Tool(
+        Output("nvidia-smi-query.txt"),
+        (
+            (
+                ("compat_driver_branch", "persistence_mode"),
+                Output("nvidia-smi-query-unlisted-branch-persistence-off.txt"),
+            ),
+            (("compat_driver_branch",), Output("nvidia-smi-query-unlisted-branch.txt")),
+            (("persistence_mode",), Output("nvidia-smi-query-persistence-off.txt")),
+        ),
+    ),
+    ("systemctl", "is-active", "nvidia-fabricmanager.service"): Tool(
+        Output("systemctl-active.txt"),
+        ((("fabric_manager",), Output("systemctl-inactive.txt", rc=3)),),
+    ),
+    ("nvcc", "--version"): Tool(
+        Output("nvcc-version.txt"),
+        (
+            (("cuda_release",), Output("nvcc-version-11.1.txt")),
+            (("compat_cuda",), Output("nvcc-version-11.1.txt")),
+        ),
+    ),
+    ("horovodrun", "--check-build"): Tool(
+        Output("horovodrun-check-build.txt"),
+        ((("horovod_build",), Output("horovodrun-check-build-gloo-only.txt")),),
+    ),
+    ("all_reduce_perf", "-b", "8", "-e", "256M", "-f", "2", "-g", "4"): Tool(
+        Output("all_reduce_perf.txt"),
+        (
+            (
+                ("nccl_tests_allreduce",),
+                Output("all_reduce_perf-no-libnccl.txt", rc=127, stream="stderr"),
+            ),
+        ),
+    ),
+    ("docker", *CONTAINER, "nvidia/cuda:12.2.2-base-ubuntu22.04", "nvidia-smi", "-L"): Tool(
+        Output("docker-run-nvidia-smi-L.txt"),
+        ((("container_gpus",), Output("docker-no-gpu-driver.txt", rc=125, stream="stderr")),),
+    ),
+}
+
+# The environment's python runs our scripts (playbooks/files/verify_*.py, copied to a temporary
+# path by ansible.builtin.script): keyed by the script's name, their format is the script's own.
+REPORTS: dict[str, Report] = {
+    "verify_torch.py": Report(
+        "verify_torch.json",
+        {
+            # torch.cuda.is_available() false: the script reports no devices and no NCCL.
+            "torch_gpus_nccl": {"set": {"devices": 0, "nccl": None}, "drop": ["ones", "allreduce"]},
+            # torch from the CUDA 12 index (compat.yml's cu126) on a CUDA 13 toolkit.
+            "compat_torch_cuda_major": {"set": {"torch": "2.14.1+cu126", "cuda": "12.6"}},
+        },
+    ),
+    "verify_nccl_runtime.py": Report(
+        "verify_nccl_runtime.json",
+        {
+            # LD_LIBRARY_PATH put the system's libnccl2 (nccl role) beside the wheel's.
+            "nccl_runtime": {
+                "set": {
+                    "mapped": [
+                        "/opt/venvs/train/lib/python3.11/site-packages/nvidia/nccl/lib/libnccl.so.2",
+                        "/usr/lib/x86_64-linux-gnu/libnccl.so.2.29.7",
+                    ]
+                }
+            }
+        },
+    ),
+    "verify_cupy.py": Report(
+        "verify_cupy.json",
+        {"cupy_matmul": {"set": {"gpus": [{"device": 0, "max_relative_error": 0.98}]}}},
+    ),
+    "verify_tensorflow.py": Report(
+        "verify_tensorflow.json",
+        # A CPU-only package (tensorflow-cpu) lists no GPU.
+        {"tensorflow_gpus_matmul": {"set": {"cuda_build": False, "gpus": []}}},
+    ),
+}
+
+
+def faults() -> set[str]:
+    return {name.strip() for name in os.environ.get(FAULTS_ENV, "").split(",") if name.strip()}
+
+
+def tool_output(argv: list[str], active: set[str]) -> Output | None:
+    tool = TOOLS.get((Path(argv[0]).name, *argv[1:]))
+    if tool is None:
+        return None
+    for checks, output in tool.faulty:
+        if set(checks) <= active:
+            return output
+    return tool.healthy
+
+
+def report(script: str, active: set[str]) -> str | None:
+    entry = REPORTS.get(Path(script).name)
+    if entry is None:
+        return None
+    found = json.loads((FIXTURES / entry.healthy).read_text())
+    for check, patch in entry.patches.items():
+        if check in active:
+            found.update(patch.get("set", {}))
+            for key in patch.get("drop", []):
+                found.pop(key, None)
+    return json.dumps(found)
+
+
+# ---- The files verify.yml reads: laid out under a root the test makes ---------------------------
+# PCI devices as sysfs lists them (vendor, class; as tests/integration/test_bench_playbook_gpus.py
+# lays them out): 0x10de is NVIDIA, class 0x0302 a 3D controller (a GPU), 0x0680 a bridge (the
+# class NVSwitches carry), 0x8086/0x0600 an Intel host bridge. An HGX A100 board carries six
+# NVSwitches beside its GPUs; here four GPUs, as the nvidia-smi -L fixture lists.
+PCI_GPU = ("0x10de", "0x030200")
+PCI_NVSWITCH = ("0x10de", "0x068000")
+PCI_OTHER = ("0x8086", "0x060000")
+
+
+def build_root(root: Path, active: set[str]) -> dict[str, str]:
+    """Lay out the files under root; return verify.yml's variables that point at them."""
+    gpus = 0 if "gpus_present" in active else 4
+    devices = [PCI_GPU] * gpus + [PCI_NVSWITCH] * 6 + [PCI_OTHER]
+    pci = root / "sys/bus/pci/devices"
+    for number, (vendor, klass) in enumerate(devices):
+        device = pci / f"0000:{number + 1:02x}:00.0"
+        device.mkdir(parents=True)
+        (device / "vendor").write_text(vendor + "\n")
+        (device / "class").write_text(klass + "\n")
+    # /proc/driver/nvidia/version: the open module's line (github.com/nix-community/nixGL/issues/
+    # 186, 565.57.01); the healthy file is that line with the driver nvidia-smi reports.
+    version = root / "proc/driver/nvidia/version"
+    version.parent.mkdir(parents=True)
+    module = "-565" if "driver_branch" in active else ""
+    version.write_text((FIXTURES / f"proc-driver-nvidia-version{module}.txt").read_text())
+    # Headers: NVIDIA's own files (the nvidia-cudnn-cu13 / nvidia-nccl-cu13 wheels); a node
+    # without the -dev package has none.
+    include = root / "usr/include"
+    include.mkdir(parents=True)
+    for name, check in (("cudnn_version.h", "cudnn_version"), ("nccl.h", "nccl_version")):
+        if check not in active:
+            (include / name).write_text((FIXTURES / name).read_text())
+    return {
+        "verify_pci_devices_dir": str(pci),
+        "verify_driver_version_file": str(version),
+        "verify_cudnn_header": str(include / "cudnn_version.h"),
+        "verify_nccl_header": str(include / "nccl.h"),
+        "verify_nvidia_smi": str(HERE / "nvidia-smi"),
+        "verify_systemctl": str(HERE / "systemctl"),
+        "verify_nvcc_path": str(HERE / "nvcc"),
+        "verify_docker": str(HERE / "docker"),
+        "verify_nccl_tests_bin": str(HERE),
+        "verify_python_env_path": str(HERE / "env"),
+        "verify_tensorflow_env_path": str(HERE / "env"),
+    }
+
+
+def main(argv: list[str]) -> int:
+    active = faults()
+    if Path(argv[0]).name == "python" and len(argv) > 1:
+        printed = report(argv[1], active)
+        if printed is not None:
+            print(printed)
+            return 0
+    output = tool_output(argv, active)
+    if output is None:
+        print(f"stand-in: no fixture for {argv!r} ({__file__})", file=sys.stderr)
+        return 127
+    stream = sys.stdout if output.stream == "stdout" else sys.stderr
+    stream.write((FIXTURES / output.fixture).read_text())
+    return output.rc
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
