@@ -21,7 +21,8 @@ from bench.spec import Knob, Variant, Workload, knobs
 
 EXIT_CODES = """exit status:
   0    every run measured
-  1    some runs failed, timed out or could not run (their rows are recorded)
+  1    some runs failed, timed out or could not run (their rows are recorded),
+       or the per-gpu check flagged a GPU (--slow-gpu-threshold)
   2    invalid request, or the --resume sweep is run by another controller or
        beyond repair: nothing was launched
   130  interrupted (Ctrl-C or SIGTERM); continue with --resume DIR"""
