@@ -231,6 +231,16 @@ class BenchConfig:
     axes: dict[str, tuple[Any, ...]]
     launchers_explicit: bool = False
     cluster: ClusterConfig | None = None  # multi-node: --hosts/--hostfile/--slurm
+    # A default so sweep.json files written before the knob existed still load.
+    slow_gpu_threshold: float = knob(
+        "--slow-gpu-threshold",
+        "the per-gpu check (--launchers per-gpu) flags a GPU whose img/s is more than this many "
+        "percent below its node's median or the published figure for its model",
+        parse=float,
+        default=10.0,
+        at_least=0,
+        optional=True,
+    )
 
     @property
     def device(self) -> str:

@@ -35,6 +35,9 @@ class Argv(enum.Enum):
     # one process per node, no launcher; several nodes find each other through the TF_CONFIG
     # each process gets (bench.rank.tf_rules.tf_config)
     PER_NODE = "python-per-node"
+    # one spawner per node (bench.launchers.per_gpu) that starts one rank per GPU of its node,
+    # each a run of world size 1 on its own GPU: no process group, nothing exchanged
+    PER_GPU = "python-per-gpu"
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,11 @@ class LauncherKind:
     def framework(self) -> str:
         """The framework its ranks train with (a package name: torch, tensorflow)."""
         return self.components[0]
+
+    @property
+    def independent(self) -> bool:
+        """Its ranks are separate one-GPU runs, measured at once: one result row per GPU."""
+        return self.argv is Argv.PER_GPU
 
     def processes(self, gpus: int) -> int:
         """The processes it starts to drive `gpus` GPUs (on one node, or in all)."""
@@ -139,7 +147,26 @@ TF = LauncherKind(
     module=TENSORFLOW_RANK,
 )
 
-LAUNCHER_KINDS: dict[str, LauncherKind] = {k.name: k for k in (DDP, HOROVOD, DP, TF)}
+# The per-GPU throughput check: the same one-GPU workload on every GPU of every node at once,
+# each GPU's img/s set against its node's median and the published figure for its model
+# (bench.report.per_gpu), to find the slow GPU; opt-in.
+PER_GPU = LauncherKind(
+    name="per-gpu",
+    title="per-GPU check",
+    description="the one-GPU run on every GPU at once, no communication; flags slow GPUs",
+    argv=Argv.PER_GPU,
+    engine="Independent",
+    components=(TORCH_PACKAGE,),
+    multi_node=True,
+    process_per_gpu=True,
+    compile=True,
+    fp16_allreduce=False,
+    containers_across_nodes=True,  # each node's spawner in its image; nothing between nodes
+    exchange_per_step=False,  # nothing is exchanged
+    default=False,
+)
+
+LAUNCHER_KINDS: dict[str, LauncherKind] = {k.name: k for k in (DDP, HOROVOD, DP, TF, PER_GPU)}
 # Launchers users ask for that are deliberately not built, and why (--launchers says so).
 NOT_BUILT: dict[str, str] = {
     "horovod-tf": (

@@ -88,6 +88,15 @@ def placements(config: BenchConfig, hosts: Sequence[HostSlots]) -> list[Placemen
     return [place_ranks(ranks, hosts) for ranks in config.gpu_counts]
 
 
+def launcher_placements(
+    launcher: str, config: BenchConfig, hosts: Sequence[HostSlots]
+) -> list[Placement]:
+    """The placements a launcher runs: every one, or for the per-gpu check only the largest
+    (every GPU of every node at once; its rows are per GPU, not per GPU count)."""
+    every = placements(config, hosts)
+    return [max(every, key=total_slots)] if launcher_kind(launcher).independent else every
+
+
 def trace_name(run_id: str) -> str:
     """--profile: the file rank 0 writes its trace to, in the sweep's logs directory."""
     return f"{run_id}.trace.json"
@@ -139,7 +148,7 @@ def plan_sweep(
         for asked in config.variants():
             for launcher in config.launchers:
                 variant = launcher_variant(launcher, asked, load.data)
-                for placement in placements(config, hosts):
+                for placement in launcher_placements(launcher, config, hosts):
                     ranks = total_slots(placement)
                     # per node: DataParallel is one process however many GPUs it drives
                     processes = launcher_kind(launcher).processes(most_slots(placement))
@@ -169,8 +178,8 @@ def plan_probes(
     config: BenchConfig, sweep_id: str, hosts: Sequence[HostSlots], cores_per_host: int
 ) -> list[ProbeSpec]:
     """One allreduce probe per placement of more than one rank (a single rank communicates
-    nothing)."""
-    if not config.allreduce_probe:
+    nothing), unless every launcher's ranks run alone (the per-gpu check)."""
+    if not config.allreduce_probe or all(launcher_kind(x).independent for x in config.launchers):
         return []
     probes = []
     for placement in placements(config, hosts):

@@ -16,6 +16,7 @@ Layout of a sweep directory:
     sweep.json            config, system info, state, runs and probes (the source of truth)
     runs.parquet/.csv     one row per run (schema.RunRow), rebuilt from sweep.json
     probes.parquet/.csv   one row per allreduce probe (schema.ProbeRow), rebuilt from sweep.json
+    per_gpu.parquet/.csv  the per-gpu check's fleet table (bench.report.per_gpu), by bench.report
     controller.lock       the controller running the sweep (bench.sweep_lock)
     logs/<id>.log         each launch's full output
     logs/<id>.trace.json  --profile: rank 0's torch.profiler trace (Chrome/Perfetto JSON)
@@ -44,7 +45,14 @@ from bench.salvage import (
 )
 from bench.schema import Row, to_frame, to_json_records, to_table
 
-__all__ = ["RETRIED_ON_RESUME", "SWEEP_JSON", "ResultStore", "StoreError", "atomic_write_bytes"]
+__all__ = [
+    "RETRIED_ON_RESUME",
+    "SWEEP_JSON",
+    "ResultStore",
+    "StoreError",
+    "atomic_write_bytes",
+    "write_views",
+]
 
 PROFILE_SUFFIX = ".profile.json"
 DAMAGED_SUFFIX = ".damaged"
@@ -65,6 +73,15 @@ def _atomic_write_parquet(path: Path, rows: list[Row], cls: type[Row], meta: byt
     metadata = {**(table.schema.metadata or {}), META_KEY: meta}
     pq.write_table(table.replace_schema_metadata(metadata), tmp)
     os.replace(tmp, path)
+
+
+def write_views(
+    directory: Path, name: str, rows: list[Row], cls: type[Row], meta: bytes = b"{}"
+) -> None:
+    """<name>.parquet (carrying `meta`) and <name>.csv of `rows`, each replaced atomically."""
+    _atomic_write_parquet(directory / f"{name}.parquet", rows, cls, meta)
+    csv = to_frame(rows, cls).to_csv(index=False).encode()
+    atomic_write_bytes(directory / f"{name}.csv", csv)
 
 
 class _Table:
@@ -99,8 +116,7 @@ class _Table:
         self.store.save()
 
     def write_views(self, meta: bytes) -> None:
-        _atomic_write_parquet(self.parquet, self.held, self.cls, meta)
-        atomic_write_bytes(self.csv, to_frame(self.held, self.cls).to_csv(index=False).encode())
+        write_views(self.store.directory, self.parquet.stem, self.held, self.cls, meta)
 
 
 class ResultStore:

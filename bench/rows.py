@@ -2,11 +2,14 @@
 
 A run that produced its measurements becomes an "ok" row; anything else (a rank crashed, ran
 out of memory, hung past the timeout, the sweep was interrupted, the launcher is missing)
-becomes a row with that status and the key lines of the error, never a row of zeros.
+becomes a row with that status and the key lines of the error, never a row of zeros. A launch of
+the per-gpu check is one one-GPU run per GPU: one row each (`row_specs`), from that GPU's own
+output, measured or not whatever the other GPUs did.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import statistics
@@ -20,7 +23,7 @@ from bench.launchers import ExecResult
 from bench.rank import tf_rules, wire
 from bench.rank.telemetry import merge_telemetry
 from bench.schema import ProbeRow, RunRow, Status, knob_values
-from bench.spec import ProbeSpec, RunSpec, most_slots
+from bench.spec import HostSlots, ProbeSpec, RunSpec, most_slots
 
 OOM_PATTERNS = ("out of memory", "outofmemoryerror", "cublas_status_alloc_failed")
 KEY_LINE = re.compile(
@@ -138,11 +141,11 @@ def _versions(report: wire.RunReport, framework: str) -> str:
 def allreduce_mb_per_image(spec: RunSpec, gradient_bytes: int) -> float:
     """MB of gradients each GPU reduces per image it trains: one allreduce per optimizer step
     (DDP no_sync / Horovod backward_passes_per_step) spreads over its accumulated micro-batches;
-    fp16 compression halves it; DataParallel reduces onto GPU 0 after every backward; one GPU
-    reduces nothing."""
-    if spec.world_size == 1:
-        return 0.0
+    fp16 compression halves it; DataParallel reduces onto GPU 0 after every backward; one GPU,
+    or the per-gpu check's GPUs, each alone, reduce nothing."""
     kind = launcher_kind(spec.launcher)
+    if spec.world_size == 1 or kind.independent:
+        return 0.0
     compressed = spec.workload.fp16_allreduce and kind.fp16_allreduce
     wire_bytes = gradient_bytes / 2 if compressed else gradient_bytes
     accumulated = spec.variant.grad_accum if kind.exchange_per_step else 1
@@ -159,8 +162,8 @@ def expected_backend(spec: RunSpec) -> str:
     kind, device = launcher_kind(spec.launcher), spec.workload.device
     if kind.framework == TENSORFLOW_PACKAGE:
         return tf_rules.backend(device == "cuda", spec.nodes, spec.gpus_per_node)
-    if not kind.process_per_gpu and device != "cuda":
-        return "none"  # DataParallel on CPU: one process, nothing to communicate
+    if kind.independent or (not kind.process_per_gpu and device != "cuda"):
+        return "none"  # per-gpu, DataParallel on CPU: nothing to communicate
     return collective_backend(device)
 
 
@@ -234,6 +237,58 @@ def run_row(
     return not_measured_row(
         spec, status, "\n".join(lines), started_at, result.wall_s, hosts=result.hosts
     )
+
+
+def row_specs(spec: RunSpec, ran_on: str = "") -> list[tuple[RunSpec, int | None]]:
+    """The rows a launch records, each as (the spec it is the row of, its GPU index): the
+    launch itself, or under the per-gpu launcher a one-GPU run per GPU of the placement, slot
+    by slot (bench.rank.wire.result_id), on its node (`ran_on`: the hosts the launch ran on,
+    ExecResult.hosts, when they are not the planned ones: Slurm's)."""
+    if not launcher_kind(spec.launcher).independent:
+        return [(spec, None)]
+    hosts = [h.rsplit(":", 1)[0] for h in ran_on.split(",")] if ran_on else []
+    rows: list[tuple[RunSpec, int | None]] = []
+    for index, node in enumerate(spec.placement):
+        host = hosts[index] if index < len(hosts) else node.host
+        for gpu in range(node.slots):
+            one_gpu = dataclasses.replace(
+                spec,
+                run_id=wire.result_id(spec.run_id, len(rows)),
+                placement=(HostSlots(host, 1),),
+            )
+            rows.append((one_gpu, gpu))
+    return rows
+
+
+def run_rows(
+    spec: RunSpec, result: ExecResult, started_at: str, timeout_s: float | None = None
+) -> list[RunRow]:
+    """A finished launch's rows (see `row_specs`): a GPU of the per-gpu check that reported
+    is measured; one that did not is failed with its own output's key lines (the launch's
+    where it wrote none)."""
+    rows = []
+    for slot, (one, gpu) in enumerate(row_specs(spec, result.hosts)):
+        if gpu is None:
+            return [run_row(spec, result, started_at, timeout_s)]
+        output = wire.slot_output(result.output, slot)
+        reported = wire.decode(one.run_id, output) is not None
+        own = dataclasses.replace(
+            result,
+            output=output if output.strip() else result.output,
+            returncode=0 if reported else result.returncode,
+            timed_out=result.timed_out and not reported,
+            hosts="",
+        )
+        rows.append(dataclasses.replace(run_row(one, own, started_at, timeout_s), gpu_index=gpu))
+    return rows
+
+
+def not_measured_rows(spec: RunSpec, status: Status, error: str, started_at: str) -> list[RunRow]:
+    """`not_measured_row` for each row the launch would have recorded (see `row_specs`)."""
+    return [
+        dataclasses.replace(not_measured_row(one, status, error, started_at), gpu_index=gpu)
+        for one, gpu in row_specs(spec)
+    ]
 
 
 def not_measured_row(

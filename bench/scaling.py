@@ -49,7 +49,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if state == "interrupted":
         return 130
     stages.print_table(sweep)
-    return 0 if stages.all_runs_ok(sweep) else 1
+    flagged = any(v.flagged for v in stages.gpu_verdicts(sweep))
+    return 0 if stages.all_runs_ok(sweep) and not flagged else 1
 
 
 if __name__ == "__main__":

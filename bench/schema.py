@@ -67,6 +67,9 @@ class RunIdentity:
 class Measurements:
     """The last columns of a run's row; None when the run produced none."""
 
+    # the per-gpu check: the GPU (CUDA/nvidia-smi index on its node) this row measured alone;
+    # None for a row that is one run over its whole placement
+    gpu_index: int | None = None
     # timed window only; warm-up excluded
     images: int | None = None
     window_s: float | None = None  # slowest rank's timed window

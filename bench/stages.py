@@ -44,6 +44,7 @@ from bench.launchers.local import LocalLauncher
 from bench.machine_defaults import chosen_defaults, resolve
 from bench.plan import local_placement, plan_probes, plan_sweep, why_not_runnable
 from bench.rank import models
+from bench.report import per_gpu
 from bench.results import ResultStore
 from bench.resume import Saved, open_saved
 from bench.schema import ProbeRow, Status
@@ -292,9 +293,8 @@ def run_all(
     for spec in runs:
         reason = unavailable_reason(sweep, spec)
         if reason:
-            store.runs.append(
-                rows.not_measured_row(spec, Status.UNAVAILABLE, reason, rows.now_iso())
-            )
+            for row in rows.not_measured_rows(spec, Status.UNAVAILABLE, reason, rows.now_iso()):
+                store.runs.append(row)
     for probe in probes:
         progress.bar.set_postfix_str(probe.probe_id)
         started_at = rows.now_iso()
@@ -310,15 +310,18 @@ def run_all(
             result = launch_one(sweep, spec, launcher)
         except KeyboardInterrupt:
             reason = "sweep interrupted (Ctrl-C/SIGTERM)"
-            store.runs.append(rows.not_measured_row(spec, Status.INTERRUPTED, reason, started_at))
+            for row in rows.not_measured_rows(spec, Status.INTERRUPTED, reason, started_at):
+                store.runs.append(row)
             raise
-        row = rows.run_row(spec, result, started_at, sweep.config.timeout_s)
-        store.runs.append(row)
+        outcomes = []
+        for row in rows.run_rows(spec, result, started_at, sweep.config.timeout_s):
+            store.runs.append(row)
+            measured = row.throughput is not None
+            outcomes.append(f"{row.throughput:.1f} img/s" if measured else row.status)
         profile = rows.profile_of(spec, result)
         if profile is not None:
             store.write_profile(spec.run_id, profile)
-        outcome = f"{row.throughput:.1f} img/s" if row.throughput is not None else row.status
-        progress.done(spec.run_id, outcome)
+        progress.done(spec.run_id, ", ".join(outcomes))
 
 
 def execute_sweep(sweep: Sweep, progress: bool = True, launcher: Launcher | None = None) -> str:
@@ -335,7 +338,7 @@ def execute_sweep(sweep: Sweep, progress: bool = True, launcher: Launcher | None
         store.create(sweep.meta)
         sweep.lock = acquire(store.directory)
     done_runs, done_probes = store.finished_run_ids(), store.finished_probe_ids()
-    runs = [s for s in sweep.runs if s.run_id not in done_runs]
+    runs = [s for s in sweep.runs if any(r.run_id not in done_runs for r, _ in rows.row_specs(s))]
     probes = [p for p in sweep.probes if p.probe_id not in done_probes]
     launched = len([s for s in runs if not unavailable_reason(sweep, s)])
     announce(sweep, resumed, launched, len(probes), len(sweep.runs) - len(runs))
@@ -368,6 +371,14 @@ def all_runs_ok(sweep: Sweep) -> bool:
     return bool(recorded) and all(r.status == Status.OK.value for r in recorded)
 
 
+def gpu_verdicts(sweep: Sweep) -> list[per_gpu.GpuVerdict]:
+    """The per-gpu check's fleet table (empty without per-gpu runs), slowest first."""
+    return per_gpu.verdicts(sweep.store.runs.rows(), sweep.config.slow_gpu_threshold)
+
+
 def print_table(sweep: Sweep) -> None:
     points = report.summarise(sweep.store.runs.rows(), sweep.store.probes.rows())
     print("\n".join(report.scaling_table(points)))
+    fleet = gpu_verdicts(sweep)
+    if fleet:
+        print("\n" + "\n".join(per_gpu.per_gpu_section(fleet, sweep.config.slow_gpu_threshold)))

@@ -3,7 +3,8 @@
 `torchrun_argv` is one node's torchrun agent (all nodes meet at a c10d rendezvous);
 `horovodrun_argv` is the one horovodrun that starts every rank (-H host:slots);
 `python_argv` is a process started without a launcher (DataParallel's single process, a
-TensorFlow worker on each node, which finds the others through TF_CONFIG). The local
+TensorFlow worker on each node, which finds the others through TF_CONFIG); `per_gpu_argv` is
+the per-gpu launcher's spawner on each node, one independent rank per GPU. The local
 and multi-node backends call them with their own values: this machine and a free port, or the
 surveyed nodes' addresses.
 
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.launcher_kinds import TENSORFLOW_PACKAGE
+from bench.launchers.per_gpu import MODULE as PER_GPU_MODULE
 
 # How long the nodes wait for each other to join: torchrun's c10d rendezvous join_timeout and
 # horovodrun's --start-timeout, the same on every backend.
@@ -148,3 +150,12 @@ def horovodrun_argv(
 def python_argv(python: str, *, module: str, args: Sequence[str]) -> list[str]:
     """A process started without a launcher, driving every GPU of its machine."""
     return [python, "-m", module, *args]
+
+
+def per_gpu_argv(
+    python: str, *, gpus: int, first_slot: int, module: str, args: Sequence[str]
+) -> list[str]:
+    """One node's spawner (bench.launchers.per_gpu): `gpus` ranks, each a one-GPU run on its
+    own GPU, numbered from `first_slot` (the GPUs of the nodes before this one)."""
+    spawner = [python, "-m", PER_GPU_MODULE, "--gpus", str(gpus), "--first-slot", str(first_slot)]
+    return [*spawner, "--", python, "-m", module, *args]

@@ -42,6 +42,7 @@ from bench.launchers.argv import (
     NodeCommand,
     Tools,
     horovodrun_argv,
+    per_gpu_argv,
     python_argv,
     rendezvous_endpoint,
     torchrun_argv,
@@ -281,9 +282,10 @@ class ClusterLauncher:
     def node_argv(
         self, launch: Launch, index: int, tools: Tools, log_dir: str
     ) -> tuple[list[str], dict[str, str]]:
-        """Node `index`'s command line and the variables only it gets: its torchrun agent, or
-        the one process of a launcher without one, with the TF_CONFIG that names every node's
-        worker at the address the others reach it on (on one node none: MirroredStrategy)."""
+        """Node `index`'s command line and the variables only it gets: its torchrun agent, the
+        per-gpu spawner, or the one process of a launcher without one, with the TF_CONFIG that
+        names every node's worker at the address the others reach it on (on one node none:
+        MirroredStrategy)."""
         placement = launch.placement
         if launch.kind.argv is Argv.PER_NODE:
             own, host = {}, placement[index].host
@@ -295,6 +297,17 @@ class ClusterLauncher:
                 own[TF_CONFIG_VAR] = tf_config(workers, self.cluster.rdzv_port, index)
             python = tools.python_for(launch.kind.framework)
             return python_argv(python, module=launch.module, args=launch.args), own
+        if launch.kind.argv is Argv.PER_GPU:  # the slots of the nodes before it come first
+            first_slot = sum(n.slots for n in placement[:index])
+            gpus = placement[index].slots
+            argv = per_gpu_argv(
+                tools.python,
+                gpus=gpus,
+                first_slot=first_slot,
+                module=launch.module,
+                args=launch.args,
+            )
+            return argv, {}
         argv = torchrun_argv(
             tools.python,
             nnodes=launch.nodes,

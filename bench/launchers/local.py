@@ -24,6 +24,7 @@ from bench.launchers.argv import (
     Tools,
     free_port,
     horovodrun_argv,
+    per_gpu_argv,
     python_argv,
     rendezvous_endpoint,
     torchrun_argv,
@@ -146,6 +147,14 @@ class LocalLauncher:
         if launch.kind.argv in (Argv.PLAIN, Argv.PER_NODE):  # one node: no TF_CONFIG needed
             python = tools.python_for(launch.kind.framework)
             argv = python_argv(python, module=launch.module, args=launch.args)
+        elif launch.kind.argv is Argv.PER_GPU:
+            argv = per_gpu_argv(
+                tools.python,
+                gpus=launch.world_size,
+                first_slot=0,
+                module=launch.module,
+                args=launch.args,
+            )
         elif launch.kind.argv is Argv.HOROVODRUN:
             argv = horovodrun_argv(
                 tools.horovodrun,

@@ -1,9 +1,10 @@
 """The few lines where the launchers differ: start-up, wrapping, the optimizer step, gathering.
 
 DDP (torchrun) and Horovod (horovodrun) run one process per GPU; DataParallel (dp) one process
-that drives every GPU of the machine. Everything else in the per-rank loop (bench.rank.worker)
-is shared, so a difference between the launchers' numbers comes from these lines and the
-libraries under them.
+that drives every GPU of the machine; the per-gpu check one process per GPU, each a run of its
+own with nothing wrapped and nothing exchanged. Everything else in the per-rank loop
+(bench.rank.worker) is shared, so a difference between the launchers' numbers comes from these
+lines and the libraries under them.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import torch
 import torch.distributed as dist
 
 from bench.launcher_kinds import launcher_kind
-from bench.rank import layout
+from bench.rank import layout, wire
 from bench.spec import Workload
 
 
@@ -32,6 +33,9 @@ class DistInfo:
     device: torch.device
     backend: str  # "nccl" or "gloo"; DataParallel: "nccl" on GPUs (torch.cuda.comm), "none" on CPU
     devices: int = 1  # GPUs this process drives: 1, or all of them under DataParallel
+    # per-gpu: this GPU's slot in the launch (bench.rank.wire.SLOT_VAR), which keys its result
+    # and its faults; None where the ranks make one run together
+    slot: int | None = None
 
 
 class Engine(Protocol):
@@ -237,10 +241,53 @@ class HorovodEngine:
         self._hvd.shutdown()
 
 
-class DataParallelEngine:
+class IndependentEngine:
+    """One process alone on its GPU (the per-gpu check, bench.launchers.per_gpu): the plain
+    model and optimizer, no process group; the shared loop trains it as any one-GPU run."""
+
+    def init(self, device_type: str) -> DistInfo:
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        device = _device(device_type, local_rank)
+        slot = int(os.environ.get(wire.SLOT_VAR, str(local_rank)))
+        self._info = DistInfo(0, 1, local_rank, device, "none", slot=slot)
+        return self._info
+
+    def wrap(
+        self,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        load: Workload,
+        grad_accum: int = 1,
+    ) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+        return model, optimizer
+
+    def no_sync(self, model: torch.nn.Module) -> AbstractContextManager[Any]:
+        return nullcontext()  # nothing to hold back
+
+    def compile(self, model: torch.nn.Module) -> torch.nn.Module:
+        return torch.compile(model)
+
+    def step(self, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler | None) -> None:
+        if scaler is None:
+            optimizer.step()
+        else:
+            scaler.step(optimizer)
+
+    def barrier(self) -> None:
+        pass  # a world of one
+
+    def gather(self, obj: Any) -> list[Any]:
+        return [obj]
+
+    def shutdown(self) -> None:
+        pass
+
+
+class DataParallelEngine(IndependentEngine):
     """torch.nn.DataParallel: one process, started directly (no torchrun), that splits each
     batch over the machine's GPUs, replicates the model onto them on every forward pass (in
-    threads) and sums the gradients onto GPU 0. The baseline DDP is measured against."""
+    threads) and sums the gradients onto GPU 0. The baseline DDP is measured against. Its step,
+    barrier and gather are a lone process's."""
 
     def __init__(self, devices: int = 1) -> None:
         self._devices = devices
@@ -271,21 +318,6 @@ class DataParallelEngine:
         # The planner never sends a compiled variant to dp (bench.plan.why_not_runnable).
         raise ValueError("torch.compile is not applied under nn.DataParallel")
 
-    def step(self, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler | None) -> None:
-        if scaler is None:
-            optimizer.step()
-        else:
-            scaler.step(optimizer)
-
-    def barrier(self) -> None:
-        pass  # one process
-
-    def gather(self, obj: Any) -> list[Any]:
-        return [obj]
-
-    def shutdown(self) -> None:
-        pass
-
 
 def optimizer_state_tensors(optimizer: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
     """The optimizer's state tensors (momentum buffers, ...) under names every rank agrees on."""
@@ -304,6 +336,7 @@ ENGINES: dict[str, Callable[[int, bool], Engine]] = {
     "DistributedDataParallel": lambda devices, split_graph: DdpEngine(split_graph),
     "DistributedOptimizer": lambda devices, split_graph: HorovodEngine(),
     "DataParallel": lambda devices, split_graph: DataParallelEngine(devices),
+    "Independent": lambda devices, split_graph: IndependentEngine(),
 }
 
 

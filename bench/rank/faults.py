@@ -6,9 +6,12 @@ it) to make chosen ranks fail after their warm-up steps:
     BENCH_INJECT_FAULT=exit@1        rank 1 exits with status 3 (a crashed rank)
     BENCH_INJECT_FAULT=hang@0        rank 0 sleeps forever (a hung run: exercises --timeout)
     BENCH_INJECT_FAULT=oom@0         rank 0 raises torch.OutOfMemoryError (an OOM)
+    BENCH_INJECT_FAULT=slow@1        rank 1 sleeps SLOW_STEP_S before each timed step (a slow GPU)
     BENCH_INJECT_FAULT=exit@1,hang@0 several at once
 
-A fault only fires in runs where that rank exists (exit@1 leaves 1-rank runs alone).
+A fault only fires in runs where that rank exists (exit@1 leaves 1-rank runs alone). Under the
+per-gpu launcher, whose ranks are each rank 0 of their own run, the number after @ is the GPU's
+slot (bench.rank.wire.SLOT_VAR): slow@1 slows the second GPU.
 """
 
 from __future__ import annotations
@@ -16,11 +19,13 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 ENV_VAR = "BENCH_INJECT_FAULT"
-KINDS = ("exit", "hang", "oom")
+KINDS = ("exit", "hang", "oom", "slow")
 EXIT_STATUS = 3
+SLOW_STEP_S = 0.25
 
 
 def parse(value: str) -> dict[int, str]:
@@ -46,6 +51,8 @@ def trigger(kind: str | None) -> None:
     if kind is None:
         return
     print(f"bench: injecting fault {kind!r} ({ENV_VAR})", file=sys.stderr, flush=True)
+    if kind == "slow":
+        return  # `slowed` wraps the timed step
     if kind == "exit":
         os._exit(EXIT_STATUS)
     if kind == "hang":
@@ -55,3 +62,15 @@ def trigger(kind: str | None) -> None:
         import torch
 
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (injected)")
+
+
+def slowed(step: Callable[..., None], kind: str | None) -> Callable[..., None]:
+    """The timed step as the fault leaves it: SLOW_STEP_S longer under "slow", else `step`."""
+    if kind != "slow":
+        return step
+
+    def slow_step(*args: Any) -> None:
+        time.sleep(SLOW_STEP_S)
+        step(*args)
+
+    return slow_step

@@ -21,6 +21,30 @@ from typing import Any
 
 MARKER = "@@bench-result"
 CHUNK_CHARS = 2048  # well under PIPE_BUF (4096) with the marker and ids
+# The per-gpu launcher's ranks are each a run of world size 1 on one GPU. Each one's slot (its
+# GPU's place in the launch's placement, node by node: node 0's GPUs first) comes in this
+# variable; it keys the rank's result (`result_id`) and prefixes each line of its output
+# (`slot_prefix`, written by bench.launchers.per_gpu), so every GPU gets its own row and error.
+SLOT_VAR = "BENCH_GPU_SLOT"
+
+
+def result_id(run_id: str, slot: int | None = None) -> str:
+    """The id a rank's result is marked with: the run's, or one GPU's of a per-gpu launch."""
+    return run_id if slot is None else f"{run_id}.gpu{slot}"
+
+
+def slot_prefix(slot: int) -> str:
+    return f"[slot {slot}] "
+
+
+def slot_output(text: str, slot: int) -> str:
+    """The lines one slot's rank wrote, without their prefix."""
+    prefix = slot_prefix(slot)
+    return "".join(
+        line.removeprefix(prefix)
+        for line in text.splitlines(keepends=True)
+        if line.startswith(prefix)
+    )
 
 
 @dataclass(frozen=True)

@@ -250,7 +250,7 @@ def after_window(
             training.train_step,
             training.batches,
             info.device,
-            spec.trace_path if info.rank == 0 else "",
+            spec.trace_path if info.rank == 0 and not info.slot else "",  # per-gpu: slot 0
         )
     return loader_images_per_s, profile
 
@@ -265,7 +265,9 @@ def main(argv: list[str] | None = None) -> int:
     info = engine.init(spec.workload.device)
     training = set_up(spec, engine, info)
     compile_s, warmup_steps, timed_steps = settle(spec, engine, info, training)
-    faults.trigger(faults.fault_for(info.rank))
+    fault = faults.fault_for(info.rank if info.slot is None else info.slot)
+    faults.trigger(fault)
+    train_step = faults.slowed(training.train_step, fault)
     if info.device.type == "cuda":
         torch.cuda.synchronize(info.device)
         torch.cuda.reset_peak_memory_stats(info.device)
@@ -274,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     samplers = [GpuSampler(g if info.device.type == "cuda" else None).start() for g in gpus]
     with nvtx_range("timed window", info.device):
         window, step_s, data_wait = timed_window(
-            training.train_step, training.batches, timed_steps, info.device
+            train_step, training.batches, timed_steps, info.device
         )
     telemetry = merge_telemetry([s.stop() for s in samplers])
     loader_images_per_s, profile = after_window(spec, engine, info, training, timed_steps)
@@ -323,7 +325,7 @@ def send_report(
             timed_steps=timed_steps,
             ranks=reports,
         )
-        wire.emit(spec.run_id, run.to_dict())
+        wire.emit(wire.result_id(spec.run_id, info.slot), run.to_dict())
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -13,6 +14,7 @@ from bench.report.containers import container_section
 from bench.report.diagnosis import THRESHOLDS_TEXT, loader_section, observations, sanity_flags
 from bench.report.effects import effects_section
 from bench.report.epochs import epoch_section
+from bench.report.per_gpu import GpuVerdict, per_gpu_section, threshold_of, verdicts
 from bench.report.plots import plot_efficiency, plot_throughput
 from bench.report.profiles import profile_section
 from bench.report.summary import ScalingPoint, summarise
@@ -25,7 +27,7 @@ from bench.report.tables import (
     system_section,
     telemetry_section,
 )
-from bench.results import ResultStore, atomic_write_bytes
+from bench.results import ResultStore, atomic_write_bytes, write_views
 from bench.schema import ProbeRow, RunRow
 from bench.spec import SYNTHETIC
 
@@ -128,6 +130,10 @@ def markdown(
     dataset_size, claim = config.get("dataset_size", 0), config.get("claim", ())
     lines = _intro(meta, cpu)
     lines += ["## Throughput and scaling", "", *scaling_table(points), "", definitions(points), ""]
+    fleet = verdicts(runs, threshold_of(config))
+    if fleet:
+        section = per_gpu_section(fleet, threshold_of(config))
+        lines += ["## Per-GPU throughput check (slowest first)", "", *section, ""]
     lines += ["![throughput](throughput.png)", "", "![efficiency](efficiency.png)", ""]
     flags = sanity_flags(points, runs, dataset_size, claim)
     lines += ["## Sanity checks", "", THRESHOLDS_TEXT, ""]
@@ -172,6 +178,9 @@ def write_report(directory: Path) -> Path:
     points = summarise(runs, probes)
     plot_throughput(points, directory / "throughput.png")
     plot_efficiency(points, directory / "efficiency.png")
+    fleet = verdicts(runs, threshold_of(knob_values(meta)))
+    if fleet:
+        write_views(directory, "per_gpu", fleet, GpuVerdict, json.dumps(meta).encode())
     path = directory / "report.md"
     atomic_write_bytes(path, markdown(meta, runs, probes, store.profiles(), directory).encode())
     return path

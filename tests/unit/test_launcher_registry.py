@@ -88,8 +88,8 @@ def test_no_module_but_the_registry_compares_a_launcher_name_with_a_string() -> 
 
 
 def test_names_are_the_cli_choices_and_lookup_refuses_others() -> None:
-    assert LAUNCHERS == ("ddp", "horovod", "dp", "tf")
-    assert DEFAULT_LAUNCHERS == ("ddp", "horovod")  # dp and tf are opt-in
+    assert LAUNCHERS == ("ddp", "horovod", "dp", "tf", "per-gpu")
+    assert DEFAULT_LAUNCHERS == ("ddp", "horovod")  # dp, tf and the per-gpu check are opt-in
     choices = dict(knobs(BenchConfig))["launchers"].values
     assert choices is not None and tuple(choices) == LAUNCHERS
     assert config_for([], cpu_machine()).launchers == DEFAULT_LAUNCHERS
@@ -118,6 +118,7 @@ def test_the_local_command_is_the_kinds_argv(kind: LauncherKind) -> None:
         Argv.HOROVODRUN: ("/venv/bin/horovodrun",),
         Argv.PLAIN: ("/venv/bin/python", "-m", "bench.rank.worker"),
         Argv.PER_NODE: ("/venv/bin/python", "-m", "bench.rank.keras_worker"),
+        Argv.PER_GPU: ("/venv/bin/python", "-m", "bench.launchers.per_gpu"),
     }[kind.argv]
     assert argv[: len(starts)] == starts
 
@@ -159,6 +160,9 @@ def test_components_are_the_version_check_and_the_preflight(kind: LauncherKind) 
 def test_gradient_exchange_capabilities_shape_the_wire_column(kind: LauncherKind) -> None:
     grads = 100_000_000  # bytes; per GPU batch 8 on 2 GPUs
     plain = allreduce_mb_per_image(_spec(kind.name, "--batch-size", "8"), grads)
+    if kind.independent:  # each GPU alone: nothing on the wire, whatever the knobs
+        assert plain == 0.0 and not kind.fp16_allreduce and not kind.exchange_per_step
+        return
     assert plain == pytest.approx(100 / 8)
     fp16 = allreduce_mb_per_image(_spec(kind.name, "--batch-size", "8", "--fp16-allreduce"), grads)
     assert fp16 == pytest.approx(plain / 2 if kind.fp16_allreduce else plain)
@@ -175,6 +179,7 @@ def test_every_torch_kind_has_its_engine_and_nothing_else_does() -> None:
         "ddp": engines.DdpEngine,
         "horovod": engines.HorovodEngine,
         "dp": engines.DataParallelEngine,
+        "per-gpu": engines.IndependentEngine,
     }
     for name, cls in expected.items():
         assert isinstance(engines.create(name, devices=2), cls)
