@@ -17,7 +17,13 @@ tests/fixtures/health/ with their sources in SOURCES.md there):
 - `dcgmi diag -r <level>`: a table of "| <test> | <Pass|Fail|Warn|Skip>[ - ...] |" rows, DCGM 4
   adding per-GPU rows "|  | GPU0: Pass |" (NVIDIA/DCGM#55, #49, #253). Its JSON form (-j) changed
   its top-level key between DCGM 3 and 4 ("DCGM GPU Diagnostic" / "DCGM Diagnostic",
-  facebookresearch/gcm#38) and no real DCGM 4 JSON sample was found, so the table is read.
+  facebookresearch/gcm#38) and no real DCGM 4 JSON sample was found, so the table is read;
+- `nvidia-smi -q` (here `-q -d PERFORMANCE`, choderalab/perses#613): one "GPU <bus id>" block per
+  GPU, then "Name : value" lines nested by indentation; the clock slowdown reasons sit under
+  "Clocks Throttle Reasons" or, in newer drivers, "Clocks Event Reasons" (NVIDIA/k8s-test-infra#691;
+  XML clocks_event_reasons in 1Panel-dev/1Panel#10990), each "Active" or "Not Active"
+  (NVIDIA/nvidia-docker#821, kubeflow/kubeflow#68, the README of
+  l4rz/reverse-engineering-dell-idrac-to-get-rid-of-gpu-throttling).
 Unit tests: tests/unit/test_health_checks.py.
 """
 
@@ -35,6 +41,9 @@ DCGM_ROW = re.compile(
 )
 DCGM_WARNING = re.compile(r"^\|\s*(?:Warning)?\s*\|\s*(?P<text>.*?)\s*\|?\s*$")
 DCGM_FAILING = {"Fail"}
+SMI_GPU = re.compile(r"^GPU ([0-9A-Fa-f]+:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])\s*$")
+SMI_LINE = re.compile(r"^(?P<indent> *)(?P<key>[^ :][^:]*?)\s*(?::\s*(?P<value>.*?))?\s*$")
+THROTTLE_SECTIONS = ("Clocks Throttle Reasons", "Clocks Event Reasons")
 
 
 def _row(check: str, passed: bool, figures: dict, message: str) -> dict:
@@ -166,6 +175,94 @@ def dcgm_diag(result: Mapping, level=1) -> dict:
     return _row("dcgm_diag", passed, figures, message)
 
 
+def smi_gpus(text: str) -> list[dict]:
+    """`nvidia-smi -q` text: per GPU block its bus id and every "Name : value" by its path.
+
+    A field's path is the names of the lines it is indented under, then its own name:
+    ("Clocks Throttle Reasons", "HW Slowdown", "HW Thermal Slowdown"). Output cut down to a few
+    sections before any "GPU <bus id>" line counts as one GPU whose bus id is its "Bus Id" field,
+    if shown.
+    """
+    gpus: list[dict] = []
+    gpu: dict | None = None
+    stack: list[tuple[int, str]] = []
+    for line in text.splitlines():
+        if header := SMI_GPU.match(line):
+            gpu = {"bus_id": header.group(1), "fields": {}}
+            gpus.append(gpu)
+            stack = []
+            continue
+        if not (field := SMI_LINE.match(line)):
+            continue
+        if gpu is None:
+            gpu = {"bus_id": None, "fields": {}}
+            gpus.append(gpu)
+        indent, name, value = len(field.group("indent")), field.group("key"), field.group("value")
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        if value is not None:
+            gpu["fields"][(*(n for _, n in stack), name)] = value
+            if name == "Bus Id" and gpu["bus_id"] is None:
+                gpu["bus_id"] = value
+        stack.append((indent, name))
+    return gpus
+
+
+def _gpu_name(index: int, gpu: dict) -> str:
+    return f"GPU {index} ({gpu['bus_id'] or 'bus id not shown'})"
+
+
+def throttling(result: Mapping, fault_reasons: Iterable = (), load_seconds=0) -> dict:
+    """No clock slowdown reason of fault_reasons is Active on any GPU while it is busy.
+
+    result is what verify_gpu_load.py printed: `nvidia-smi -q -d PERFORMANCE` read during the
+    load. Idle, Applications Clocks Setting, SW Power Cap and the like are reported, not failed.
+    """
+    ran, said = _ran(result)
+    faults = list(fault_reasons)
+    per_gpu, failing, unread = [], [], []
+    for index, gpu in enumerate(smi_gpus(str(result.get("stdout") or ""))):
+        reasons = {
+            path[-1]: value
+            for path, value in gpu["fields"].items()
+            if any(section in path[:-1] for section in THROTTLE_SECTIONS)
+        }
+        active = [reason for reason, value in reasons.items() if value == "Active"]
+        slowed = [reason for reason in faults if reasons.get(reason) == "Active"]
+        per_gpu.append({"gpu": index, "bus_id": gpu["bus_id"], "active": active})
+        if not reasons:
+            unread.append(_gpu_name(index, gpu))
+        elif slowed:
+            failing.append(f"{_gpu_name(index, gpu)}: {', '.join(slowed)}")
+    figures = {
+        "gpus": per_gpu,
+        "slowed": failing,
+        "threshold": faults,
+        "load_seconds": float(load_seconds),
+    }
+    if not ran or not per_gpu:
+        # verify_gpu_load.py exits 3 when torch sees no GPU, else with nvidia-smi's status.
+        message = (
+            f"No clock reasons read under load ({said}): verify_gpu_load.py needs torch with every "
+            "GPU in the environment's python (see torch_gpus_nccl) and a working nvidia-smi."
+        )
+    elif failing:
+        # What each reason indicates: nvidia-smi(1), "Clocks Throttle Reasons" (quoted in
+        # Ricks-Lab/gpu-utils#88, checked 2026-11-25).
+        message = (
+            f"Clocks slowed while busy on {'; '.join(failing)}. HW Power Brake: the power supply "
+            "or BMC asserts the brake (PSUs, GPU power cables, the server's GPU power table); "
+            "HW/SW Thermal: temperature over its limit (airflow, fans, `nvidia-smi -q -d "
+            "TEMPERATURE`); fix that, or drain the node and RMA the GPU."
+        )
+    else:
+        message = (
+            f"No clock reasons shown for {', '.join(unread)} in `nvidia-smi -q -d PERFORMANCE`."
+        )
+    passed = ran and bool(per_gpu) and not failing and not unread
+    return _row("throttling", passed, figures, message)
+
+
 def not_checked(check: str, reason: str) -> dict:
     """A check that does not apply on this host: passed, with the reason in its figures."""
     return _row(check, True, {"skipped": reason}, "")
@@ -178,5 +275,6 @@ class FilterModule:
             "gpustack_health_nvlink": nvlink_links,
             "gpustack_health_xid": xid_errors,
             "gpustack_health_dcgm_diag": dcgm_diag,
+            "gpustack_health_throttling": throttling,
             "gpustack_health_not_checked": not_checked,
         }

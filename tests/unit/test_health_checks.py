@@ -16,6 +16,8 @@ FIXTURES = ROOT / "tests/fixtures/health"
 spec = importlib.util.spec_from_file_location("health", ROOT / "filter_plugins/gpustack_health.py")
 health = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(health)
+# verify.yml's verify_throttle_fault_reasons default.
+FAULTS = ["HW Slowdown", "HW Thermal Slowdown", "HW Power Brake Slowdown", "SW Thermal Slowdown"]
 
 
 def ran(fixture: str, rc: int = 0) -> dict:
@@ -123,3 +125,61 @@ def test_not_checked_rows_pass_and_say_why(check):
         "figures": {"skipped": "dcgm_enabled is false: DCGM is not installed"},
         "message": "",
     }
+
+
+def test_throttling_busy_gpu_without_slowdown_passes():
+    row = health.throttling(ran("nvidia-smi-q-performance.healthy.txt"), FAULTS, 10)
+    assert row["passed"], row
+    assert row["figures"]["gpus"] == [{"gpu": 0, "bus_id": "00000000:03:00.0", "active": []}]
+    assert row["figures"]["threshold"] == FAULTS
+    assert row["message"] == ""
+
+
+def test_throttling_idle_is_not_a_fault():
+    row = health.throttling(ran("nvidia-smi-q-performance.idle.txt"), FAULTS)
+    assert row["passed"], row
+    assert row["figures"]["gpus"][0]["active"] == ["Idle"]
+
+
+def test_throttling_power_brake_fails_and_names_the_gpu():
+    row = health.throttling(ran("nvidia-smi-q-performance.faulty.txt"), FAULTS)
+    assert not row["passed"]
+    assert row["figures"]["slowed"] == [
+        "GPU 0 (bus id not shown): HW Slowdown, HW Power Brake Slowdown"
+    ]
+    assert "HW Power Brake" in row["message"] and "GPU 0" in row["message"]
+
+
+def test_throttling_reasons_outside_the_threshold_are_reported_not_failed():
+    row = health.throttling(ran("nvidia-smi-q-performance.faulty.txt"), ["SW Thermal Slowdown"])
+    assert row["passed"]
+    assert row["figures"]["gpus"][0]["active"] == ["HW Slowdown", "HW Power Brake Slowdown"]
+
+
+def test_throttling_names_the_slowed_gpu_among_several():
+    # nvidia-smi -q prints one "GPU <bus id>" block after another (choderalab/perses#613,
+    # NVIDIA/k8s-device-plugin#110); two real readings under such headers.
+    text = (
+        "GPU 00000000:03:00.0\n"
+        + (FIXTURES / "nvidia-smi-q-performance.idle.txt").read_text()
+        + "\nGPU 00000000:1E:00.0\n"
+        + (FIXTURES / "nvidia-smi-q-performance.faulty.txt").read_text()
+    )
+    row = health.throttling({"rc": 0, "stdout": text, "stderr": ""}, FAULTS)
+    assert not row["passed"]
+    assert [g["bus_id"] for g in row["figures"]["gpus"]] == ["00000000:03:00.0", "00000000:1E:00.0"]
+    assert row["figures"]["slowed"] == [
+        "GPU 1 (00000000:1E:00.0): HW Slowdown, HW Power Brake Slowdown"
+    ]
+
+
+def test_throttling_fails_when_the_load_could_not_run():
+    row = health.throttling({"rc": 3, "stdout": "", "stderr": "torch sees no GPU: no load"}, FAULTS)
+    assert not row["passed"]
+    assert "rc 3: torch sees no GPU" in row["message"]
+
+
+def test_throttling_fails_when_no_reason_is_shown():
+    row = health.throttling(ran("nvidia-smi-nvlink-s.healthy.txt"), FAULTS)
+    assert not row["passed"]
+    assert "No clock reasons shown" in row["message"]
