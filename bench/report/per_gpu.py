@@ -38,6 +38,9 @@ class GpuVerdict:
     published_source: str
     vs_published: float | None  # throughput / published - 1
     verdict: str  # "ok", "SLOW vs node median", "SLOW vs published", ..., "FAILED", "OOM"
+    # why it may be slow, from its timed window's telemetry (bench.rank.telemetry; GPUs only)
+    sm_clock_mhz_mean: float | None
+    throttle_reasons: str
     status: str
     error: str
     run_id: str
@@ -125,6 +128,8 @@ def verdicts(runs: Sequence[RunRow], threshold_pct: float) -> list[GpuVerdict]:
                 published_source=figure.source if figure else "",
                 vs_published=relative(throughput, published),
                 verdict=judge(throughput, median, published, threshold_pct, r.status),
+                sm_clock_mhz_mean=r.sm_clock_mhz_mean,
+                throttle_reasons=r.throttle_reasons,
                 status=r.status,
                 error=r.error,
                 run_id=r.run_id,

@@ -126,13 +126,14 @@ def test_published_figure_for_resnet50_at_224_on_a_known_gpu() -> None:
     on_h100 = {"device_name": H100, "model": "resnet50", "image_size": 224}
     rows = [
         gpu("a", 0, 2800.0, precision="amp-bf16", **on_h100),
-        gpu("a", 1, 2400.0, precision="amp-bf16", **on_h100),
+        gpu("a", 1, 2400.0, precision="amp-bf16", **on_h100, throttle_reasons="hw_slowdown"),
     ]
     table = verdicts(rows, 10.0)
     assert table[0].published == LAMBDA_H100_AMP
     assert table[0].published_source == "Lambda deeplearning-benchmark"
     assert table[0].vs_published == pytest.approx(2400 / LAMBDA_H100_AMP - 1)
     assert table[0].verdict == "SLOW vs published"  # 14 % below; 7.7 % below the median
+    assert table[0].throttle_reasons == "hw_slowdown"  # the telemetry that may say why
     assert table[1].verdict == "ok"
     small = [gpu("a", 0, 100.0, precision="amp-bf16", device_name=H100, image_size=32)]
     assert verdicts(small, 10.0)[0].published is None  # not the workload the figures measured
