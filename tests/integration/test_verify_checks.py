@@ -48,14 +48,25 @@ FAULT_MESSAGES = {
     "container_gpus": "nvidia-smi -L` lists 0 GPUs but the PCI bus has 4 (rc 125: docker: Error",
     "cupy_matmul": "within 0.001 of NumPy (per GPU: [0.98])",
     "tensorflow_gpus_matmul": "lists 0 of the 4 GPUs",
+    # The health checks (tasks/verify_health.yml) on the readings of tests/fixtures/health.
+    "gpu_count": "4 NVIDIA GPU(s) on the PCI bus, verify_expected_gpus is 8",
+    "xid_errors": '1 Xid error(s) since boot, codes [79] (first: Xid 79 on PCI:0000:44:00, "GPU',
+    "nvlink_links": "NVLink link(s) down: GPU 3 link 3, GPU 3 link 5 (verify_nvlink_max_inactive",
+    "dcgm_diag": "dcgmi diag -r 3 failed PCIe: GPU 0GPU 0's NvLink link 0 is currently down",
+    "throttling": "Clocks slowed while busy on GPU 0 (bus id not shown): HW Slowdown, HW Power",
 }
 GPUS_PRESENT_MESSAGE = "gpuhost has no NVIDIA GPU on the PCI bus: it should not be in gpu_nodes."
-# The versions the healthy stand-ins report, as the inventory would request them.
+# What the inventory would set: the versions the healthy stand-ins report, and DCGM.
 EXPECTED = {
     "nvidia_driver_branch": "580",
     "cuda_toolkit_version": "13.0",
     "cudnn_version": "9.20.0.48",
     "nccl_version": "2.29.7-1",
+    # DCGM installed (the dcgm role's default), its diagnostic at the acceptance run's level.
+    "dcgm_enabled": True,
+    "verify_dcgm_diag_level": 3,
+    # Seconds of load around the throttling check's reading (none here: the stand-in only reads).
+    "verify_throttle_load_seconds": 1,
 }
 
 
@@ -115,6 +126,10 @@ def test_a_healthy_node_passes_and_exits_0(healthy):
     assert [name for name, check in checks.items() if not check["passed"]] == []
     assert proc.returncode == 0, proc.stdout[-4000:]
     assert {"gpus_present", *FAULT_MESSAGES} <= set(checks)
+    # The health checks read their tools (none is recorded as not applying to this host).
+    assert checks["dcgm_diag"]["figures"]["tests"]["Inforom"] == "Pass"
+    assert checks["throttling"]["figures"]["gpus"][0]["bus_id"] == "00000000:03:00.0"
+    assert checks["nvlink_links"]["figures"]["links_per_gpu"] == {"0": 18}
 
 
 @pytest.mark.parametrize("check", ["gpus_present", *FAULT_MESSAGES])

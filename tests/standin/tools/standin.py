@@ -13,18 +13,21 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 FIXTURES = HERE / "fixtures"
+# The health checks' readings (tests/fixtures/health, sources in its SOURCES.md) serve as they are.
+HEALTH = HERE.parents[1] / "fixtures" / "health"
 FAULTS_ENV = "GPUSTACK_STANDIN_FAULTS"
 
 
 @dataclass(frozen=True)
 class Output:
-    fixture: str
+    fixture: str | Path  # under FIXTURES, or a path (HEALTH / name)
     rc: int = 0
     stream: str = "stdout"
 
@@ -66,6 +69,15 @@ class Report:
 #   github.com/NVIDIA/nccl-tests/issues/85 (exit 127, the dynamic loader's message on stderr).
 # - docker run --gpus all ... nvidia-smi -L: nvidia-smi -L's format (above); the failure without
 #   the NVIDIA runtime: github.com/NVIDIA/nvidia-docker/issues/1637 (docker exits 125).
+# - The health checks (playbooks/tasks/verify_health.yml) read the files of tests/fixtures/health,
+#   each named with its thread in SOURCES.md there: journalctl -k -b (leptonai/gpud#1209, an Xid 79
+#   line of NVIDIA/NVSentinel#155), nvidia-smi nvlink -s (NVIDIA/k8s-test-infra#371, links down:
+#   Azure/azhpc-diagnostics#73), nvidia-smi -q -d PERFORMANCE under load (NVIDIA/nvidia-docker#821,
+#   slowed: l4rz/reverse-engineering-dell-idrac-to-get-rid-of-gpu-throttling). dcgmi diag: the
+#   healthy table is the Deployment part of a `-r 3` run (NVIDIA/DCGM#55), the failing one the
+#   Integration part of a `-r 2` run (NVIDIA/DCGM#49); both are served for -r 3, the level
+#   test_verify_checks passes (the acceptance level; level 3 is the long suite, docs.nvidia.com/
+#   datacenter/dcgm/latest/reference/command-line-reference/dcgmi/dcgmi-diag.html).
 QUERY = (
     "--query-gpu=index,pci.bus_id,driver_version,persistence_mode",
     "--format=csv,noheader",
@@ -115,6 +127,23 @@ TOOLS: dict[tuple[str, ...], Tool] = {
         Output("docker-run-nvidia-smi-L.txt"),
         ((("container_gpus",), Output("docker-no-gpu-driver.txt", rc=125, stream="stderr")),),
     ),
+    ("journalctl", "-k", "-b"): Tool(
+        Output(HEALTH / "journalctl-k.healthy.txt"),
+        ((("xid_errors",), Output(HEALTH / "journalctl-k.faulty.txt")),),
+    ),
+    ("nvidia-smi", "nvlink", "-s"): Tool(
+        Output(HEALTH / "nvidia-smi-nvlink-s.healthy.txt"),
+        ((("nvlink_links",), Output(HEALTH / "nvidia-smi-nvlink-s.faulty.txt")),),
+    ),
+    ("dcgmi", "diag", "-r", "3"): Tool(
+        Output(HEALTH / "dcgmi-diag.healthy.txt"),
+        ((("dcgm_diag",), Output(HEALTH / "dcgmi-diag.faulty.txt")),),
+    ),
+    # Run by verify_gpu_load.py while the GPUs are busy (see LOAD_SCRIPT).
+    ("nvidia-smi", "-q", "-d", "PERFORMANCE"): Tool(
+        Output(HEALTH / "nvidia-smi-q-performance.healthy.txt"),
+        ((("throttling",), Output(HEALTH / "nvidia-smi-q-performance.faulty.txt")),),
+    ),
 }
 
 # The environment's python runs our scripts (playbooks/files/verify_*.py, copied to a temporary
@@ -155,6 +184,13 @@ REPORTS: dict[str, Report] = {
 }
 
 
+# playbooks/files/verify_gpu_load.py SECONDS COMMAND...: the real script loads every GPU with
+# torch, runs COMMAND meanwhile, prints its standard output unchanged and exits with its status.
+# Without GPUs the stand-in python does the same minus the load, so the command verify.yml built
+# runs here (through these stand-ins) and its output reaches the filter as the script passes it.
+LOAD_SCRIPT = "verify_gpu_load.py"
+
+
 def faults() -> set[str]:
     return {name.strip() for name in os.environ.get(FAULTS_ENV, "").split(",") if name.strip()}
 
@@ -192,7 +228,7 @@ PCI_NVSWITCH = ("0x10de", "0x068000")
 PCI_OTHER = ("0x8086", "0x060000")
 
 
-def build_root(root: Path, active: set[str]) -> dict[str, str]:
+def build_root(root: Path, active: set[str]) -> dict[str, str | int]:
     """Lay out the files under root; return verify.yml's variables that point at them."""
     gpus = 0 if "gpus_present" in active else 4
     devices = [PCI_GPU] * gpus + [PCI_NVSWITCH] * 6 + [PCI_OTHER]
@@ -227,11 +263,26 @@ def build_root(root: Path, active: set[str]) -> dict[str, str]:
         "verify_nccl_tests_bin": str(HERE),
         "verify_python_env_path": str(HERE / "env"),
         "verify_tensorflow_env_path": str(HERE / "env"),
+        "verify_journalctl": str(HERE / "journalctl"),
+        "verify_dcgmi": str(HERE / "dcgmi"),
+        # The GPUs the inventory expects: the four the bus shows, or (gpu_count's fault) the eight
+        # of an HGX A100 board, the board whose six NVSwitches the bus lists, four of them missing.
+        "verify_expected_gpus": 8 if "gpu_count" in active else gpus,
     }
+
+
+def run_under_load(argv: list[str]) -> int:
+    """argv: python, verify_gpu_load.py, SECONDS, COMMAND...; as the script, without the load."""
+    read = subprocess.run(argv[3:], capture_output=True, text=True, check=False)
+    sys.stdout.write(read.stdout)
+    sys.stderr.write(read.stderr)
+    return read.returncode
 
 
 def main(argv: list[str]) -> int:
     active = faults()
+    if Path(argv[0]).name == "python" and len(argv) > 3 and Path(argv[1]).name == LOAD_SCRIPT:
+        return run_under_load(argv)
     if Path(argv[0]).name == "python" and len(argv) > 1:
         printed = report(argv[1], active)
         if printed is not None:
