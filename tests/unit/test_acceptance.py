@@ -1,0 +1,140 @@
+"""playbooks/acceptance.yml's verdicts (filter_plugins/gpustack_acceptance.py): a node passes only
+with every verify check passed and every GPU measured and within the per-GPU threshold; the fleet
+summary names each failing node and GPU, slowest first."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location(
+    "gpustack_acceptance", REPO / "filter_plugins/gpustack_acceptance.py"
+)
+acceptance = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(acceptance)
+
+# The per-GPU table's columns as bench writes per_gpu.csv (bench.report.per_gpu.GpuVerdict).
+from bench.report.per_gpu import GpuVerdict  # noqa: E402
+
+COLUMNS = list(GpuVerdict.__dataclass_fields__)
+
+
+def table(*rows: dict) -> str:
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=COLUMNS)
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({c: row.get(c, "") for c in COLUMNS})
+    return out.getvalue()
+
+
+def gpu(node, index, rate, verdict="ok", median=None, vs_median=None, **extra):
+    return {
+        "node": node,
+        "gpu_index": index,
+        "model": "NVIDIA H100 80GB HBM3",
+        "throughput": "" if rate is None else rate,
+        "node_median": median,
+        "vs_node_median": vs_median,
+        "verdict": verdict,
+        "status": "ok" if rate is not None else "failed",
+        **extra,
+    }
+
+
+def host(name, report, address=None, gpus=None):
+    return {"host": name, "summary": report, "address": address, "gpus": gpus}
+
+
+def summary(host, failed=()):
+    checks = [{"check": "driver_branch", "passed": True, "figures": {}, "message": ""}]
+    checks += [
+        {"check": c, "passed": False, "figures": {}, "message": f"{c} is bad"} for c in failed
+    ]
+    return {"host": host, "passed": not failed, "checks": checks}
+
+
+HEALTHY = table(gpu("10.0.0.1", 0, 3000.0), gpu("10.0.0.1", 1, 2990.0))
+
+
+def test_a_healthy_node_passes():
+    [node] = acceptance.acceptance_nodes([host("n1", summary("n1"), "10.0.0.1")], HEALTHY)
+    assert node["passed"] and node["reasons"] == []
+    assert [g["gpu_index"] for g in node["gpus"]] == [0, 1]
+
+
+def test_a_failed_verify_check_fails_the_node_and_names_the_check():
+    [node] = acceptance.acceptance_nodes(
+        [host("n1", json.dumps(summary("n1", failed=["xid_errors"])), "10.0.0.1")], HEALTHY
+    )
+    assert not node["passed"]
+    assert node["failed_checks"] == [{"check": "xid_errors", "message": "xid_errors is bad"}]
+    assert "check xid_errors failed: xid_errors is bad" in node["reasons"]
+
+
+def test_a_slow_gpu_fails_its_node_and_is_listed_in_the_fleet_summary():
+    rows = table(
+        gpu("10.0.0.1", 0, 3000.0),
+        gpu("10.0.0.1", 1, 2000.0, "SLOW vs node median", 2500.0, -0.2),
+        gpu("10.0.0.2", 0, 3010.0),
+    )
+    nodes = acceptance.acceptance_nodes(
+        [host("n1", summary("n1"), "10.0.0.1"), host("n2", summary("n2"), "10.0.0.2")], rows
+    )
+    assert [n["passed"] for n in nodes] == [False, True]
+    assert nodes[0]["reasons"] == [
+        "GPU 1 SLOW vs node median: 2000.0 img/s (-20.0 % vs node median)"
+    ]
+    fleet = acceptance.acceptance_fleet(nodes)
+    assert fleet.startswith("# Fleet acceptance: FAILED")
+    assert "1 of 2 nodes passed." in fleet
+    flagged = fleet.split("## Flagged GPUs, slowest first")[1]
+    assert "| n1 | 1 | NVIDIA H100 80GB HBM3 | 2000.0 | -20.0 % |" in flagged
+    assert "n2" not in flagged
+
+
+def test_the_flagged_table_puts_failed_gpus_first_then_the_slowest():
+    rows = table(
+        gpu("a", 0, 2500.0, "SLOW vs published"),
+        gpu("a", 1, None, "FAILED", error="CUDA error: an illegal memory access"),
+        gpu("a", 2, 1500.0, "SLOW vs node median"),
+    )
+    [node] = acceptance.acceptance_nodes([host("a", summary("a"))], rows)
+    flagged = acceptance.acceptance_fleet([node]).split("slowest first")[1].splitlines()
+    order = [line.split("|")[2].strip() for line in flagged if line.startswith("| a |")]
+    assert order == ["1", "2", "0"]
+    assert "GPU 1 FAILED: no rate: CUDA error: an illegal memory access" in node["reasons"]
+
+
+def test_a_host_without_a_verify_summary_or_per_gpu_rows_fails():
+    [node] = acceptance.acceptance_nodes([host("n9", "")], table())
+    assert not node["passed"]
+    assert any("verify.yml wrote no summary" in r for r in node["reasons"])
+    assert any("no row for this host" in r for r in node["reasons"])
+
+
+def test_fewer_gpus_measured_than_the_host_has_fails():
+    rows = table(gpu("n1", 0, 3000.0))
+    [node] = acceptance.acceptance_nodes([host("n1", summary("n1"), gpus="2")], rows)
+    assert node["reasons"] == ["the per-GPU throughput check measured 1 of 2 GPUs"]
+
+
+def test_repeats_of_one_gpu_count_once_by_their_worst_row():
+    rows = table(gpu("n1", 0, 3000.0), gpu("n1", 0, 2100.0, "SLOW vs node median"))
+    [node] = acceptance.acceptance_nodes([host("n1", summary("n1"))], rows)
+    assert len(node["gpus"]) == 1 and node["gpus"][0]["throughput"] == 2100.0
+    assert not node["passed"]
+
+
+@pytest.mark.parametrize("passed", [True, False])
+def test_the_fleet_verdict_follows_its_nodes(passed):
+    report = summary("n1", failed=() if passed else ["xid_errors"])
+    nodes = acceptance.acceptance_nodes([host("n1", report, "10.0.0.1")], HEALTHY)
+    fleet = acceptance.acceptance_fleet(nodes, "Rack 2")
+    assert fleet.splitlines()[0] == f"# Rack 2: {'PASSED' if passed else 'FAILED'}"
