@@ -85,11 +85,9 @@ def run_verify(tmp: Path, faults: set[str], *args: str) -> tuple[subprocess.Comp
         "python_env_install_tensorflow": True,
     }
     (tmp / "extra.json").write_text(json.dumps(extra))
-    env = {
-        **os.environ,
-        standin.FAULTS_ENV: ",".join(sorted(faults)),
-        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-    }
+    # No faults in the environment: the root's tool wrappers carry them, as for a host of its own.
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")}
+    env.pop(standin.FAULTS_ENV, None)
     proc = subprocess.run(
         [
             str(PLAYBOOK),
@@ -160,3 +158,28 @@ def test_gpus_present_fails_on_a_node_without_gpus(tmp_path):
     # --tags driver runs the driver checks and none of the others.
     assert "cuda_release" not in checks and "torch_gpus_nccl" not in checks
     assert {"nvidia_smi_sees_all_gpus", "driver_branch", "persistence_mode"} <= set(checks)
+
+
+def test_two_roots_give_two_hosts_their_own_readings(tmp_path):
+    """Hosts sharing this filesystem, each with its root's verify_* variables: no environment."""
+    healthy = standin.build_root(tmp_path / "healthy", set())
+    faulty = standin.build_root(tmp_path / "faulty", {"nvlink_links", "throttling", "gpu_count"})
+    # A fault left in the environment does not reach the healthy host's tools.
+    env = {**os.environ, standin.FAULTS_ENV: "nvlink_links,throttling"}
+    health = REPO / "tests" / "fixtures" / "health"
+
+    def read(*argv: str) -> str:
+        return subprocess.run(argv, env=env, capture_output=True, text=True, check=True).stdout
+
+    for variables, state in ((healthy, "healthy"), (faulty, "faulty")):
+        nvlink = read(variables["verify_nvidia_smi"], "nvlink", "-s")
+        assert nvlink == (health / f"nvidia-smi-nvlink-s.{state}.txt").read_text()
+        # The throttling task's command: the environment's python, verify_gpu_load.py, nvidia-smi.
+        under_load = read(
+            f"{variables['verify_python_env_path']}/bin/python",
+            str(REPO / "playbooks" / "files" / "verify_gpu_load.py"),
+            "1",
+            *(variables["verify_nvidia_smi"], "-q", "-d", "PERFORMANCE"),
+        )
+        assert under_load == (health / f"nvidia-smi-q-performance.{state}.txt").read_text()
+    assert (healthy["verify_expected_gpus"], faulty["verify_expected_gpus"]) == (4, 8)

@@ -5,14 +5,18 @@ Every tool name in this directory (and env/bin/python, env/bin/horovodrun) links
 TOOLS maps an invocation to the output the real tool printed, kept under fixtures/ with its source
 named beside its entry. GPUSTACK_STANDIN_FAULTS (comma-separated check names of verify.yml) picks,
 per invocation, the faulty output listed for that check instead of the healthy one, so one run can
-flip one check or all. build_root() lays out the files verify.yml reads (PCI devices, the kernel
-module's version, headers) the same way. To add a tool's output: a fixture file and a TOOLS entry.
+flip one check or all. build_root(root, faults) lays out the files verify.yml reads (PCI devices,
+the kernel module's version, headers) under root, and beside them one wrapper per tool that sets
+those faults and runs the tool here, so hosts given different roots (by their own verify_*
+variables) read different outputs without any environment. To add a tool's output: a fixture file,
+a TOOLS entry and, for a new tool, its link to standin.py here.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -228,8 +232,29 @@ PCI_NVSWITCH = ("0x10de", "0x068000")
 PCI_OTHER = ("0x8086", "0x060000")
 
 
+def write_wrappers(tools: Path, into: Path, active: set[str]) -> None:
+    """into/<name> per tool linked in tools: sets these faults, runs the tool under its name."""
+    into.mkdir(parents=True)
+    for link in sorted(tools.iterdir()):
+        if link.is_symlink():
+            wrapper = into / link.name
+            wrapper.write_text(
+                "#!/bin/sh\n"
+                f"# Stand-in {link.name} with faults {sorted(active)} ({__file__}).\n"
+                f"{FAULTS_ENV}={shlex.quote(','.join(sorted(active)))}\n"
+                f"export {FAULTS_ENV}\n"
+                f'exec {shlex.quote(str(link))} "$@"\n'
+            )
+            wrapper.chmod(0o755)
+
+
 def build_root(root: Path, active: set[str]) -> dict[str, str | int]:
-    """Lay out the files under root; return verify.yml's variables that point at them."""
+    """Lay out the files and tools under root; return verify.yml's variables that point at them.
+
+    Per host, give them as facts (set_fact in a play before verify.yml) or extra variables:
+    verify.yml declares them as play variables, which outrank inventory host variables (Ansible's
+    variable precedence, docs.ansible.com playbooks_variables, checked 2026-11-25).
+    """
     gpus = 0 if "gpus_present" in active else 4
     devices = [PCI_GPU] * gpus + [PCI_NVSWITCH] * 6 + [PCI_OTHER]
     pci = root / "sys/bus/pci/devices"
@@ -251,20 +276,24 @@ def build_root(root: Path, active: set[str]) -> dict[str, str | int]:
     for name, check in (("cudnn_version.h", "cudnn_version"), ("nccl.h", "nccl_version")):
         if check not in active:
             (include / name).write_text((FIXTURES / name).read_text())
+    # The tools: root/bin/<tool>, and the environment's root/env/bin/{python,horovodrun}.
+    bin_dir, env = root / "bin", root / "env"
+    write_wrappers(HERE, bin_dir, active)
+    write_wrappers(HERE / "env" / "bin", env / "bin", active)
     return {
         "verify_pci_devices_dir": str(pci),
         "verify_driver_version_file": str(version),
         "verify_cudnn_header": str(include / "cudnn_version.h"),
         "verify_nccl_header": str(include / "nccl.h"),
-        "verify_nvidia_smi": str(HERE / "nvidia-smi"),
-        "verify_systemctl": str(HERE / "systemctl"),
-        "verify_nvcc_path": str(HERE / "nvcc"),
-        "verify_docker": str(HERE / "docker"),
-        "verify_nccl_tests_bin": str(HERE),
-        "verify_python_env_path": str(HERE / "env"),
-        "verify_tensorflow_env_path": str(HERE / "env"),
-        "verify_journalctl": str(HERE / "journalctl"),
-        "verify_dcgmi": str(HERE / "dcgmi"),
+        "verify_nvidia_smi": str(bin_dir / "nvidia-smi"),
+        "verify_systemctl": str(bin_dir / "systemctl"),
+        "verify_nvcc_path": str(bin_dir / "nvcc"),
+        "verify_docker": str(bin_dir / "docker"),
+        "verify_nccl_tests_bin": str(bin_dir),
+        "verify_python_env_path": str(env),
+        "verify_tensorflow_env_path": str(env),
+        "verify_journalctl": str(bin_dir / "journalctl"),
+        "verify_dcgmi": str(bin_dir / "dcgmi"),
         # The GPUs the inventory expects: the four the bus shows, or (gpu_count's fault) the eight
         # of an HGX A100 board, the board whose six NVSwitches the bus lists, four of them missing.
         "verify_expected_gpus": 8 if "gpu_count" in active else gpus,
