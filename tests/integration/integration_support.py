@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -46,3 +49,26 @@ def require_netns_hosts(needs_root_for: str) -> None:
     missing = [t for t in NETNS_TOOLS if not shutil.which(t)]
     if missing:
         unavailable(f"missing {', '.join(missing)} (iproute2, util-linux, openssh)")
+
+
+def bench_env(root: Path) -> Path:
+    """A venv for playbooks/bench.yml to install the bench's wheel into; its Python.
+
+    It sees this interpreter's packages (torch, pandas, pip, ...) through a site directory, the
+    way a python_env environment has them from packages.yml; the bench comes only from the wheel
+    the playbook installs in it. (This .venv has the bench in editable mode, which the playbook
+    leaves alone.)"""
+    base = Path(sys.base_prefix) / "bin" / f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    subprocess.run([str(base), "-m", "venv", "--without-pip", str(root)], check=True, timeout=120)
+    python = root / "bin" / "python"
+    own = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    shared = sysconfig.get_path("purelib")
+    (Path(own) / "gpustack-test-shared.pth").write_text(
+        f"import site; site.addsitedir({shared!r})\n"
+    )
+    return python

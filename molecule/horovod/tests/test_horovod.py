@@ -8,6 +8,8 @@ compiler."""
 import json
 import os
 import re
+import subprocess
+import sys
 import urllib.request
 from pathlib import Path
 
@@ -22,6 +24,7 @@ RUN_ENV = f"env PATH={VENV}/bin:/usr/sbin:/usr/bin:/sbin:/bin OMP_NUM_THREADS=1"
 SYSTEM_NCCL = "/usr/lib/x86_64-linux-gnu/libnccl.so.2"
 PROJECT = Path(__file__).resolve().parents[3]
 BENCH_SRC = f"{VENV}/src/gpustack-bench"  # python_env_bench_dir
+BENCH_WHEEL = PROJECT / "roles" / "python_env" / "files" / "bench_wheel.py"
 
 
 def py(host, code):
@@ -136,22 +139,31 @@ def test_training_packages_import(host):
     assert out == "bench"
 
 
-def test_shipped_bench_is_the_checkout_without_caches(host):
-    # python_env packs the controller's bench/ (and pyproject.toml, README.md) into one archive,
-    # leaving __pycache__ and *.pyc behind, and unpacks it on the host.
+def test_shipped_bench_is_the_checkouts_wheel(host, tmp_path):
+    # python_env builds a wheel of the controller's checkout once (files/bench_wheel.py), copies it
+    # into BENCH_SRC and installs it; the stamp beside it names the wheel installed by its sha256.
+    (name,) = host.check_output(f"ls -A {BENCH_SRC}").split()
+    shipped = host.file(f"{BENCH_SRC}/{name}").sha256sum
+    assert host.file(f"{BENCH_SRC}.installed").content_string.strip() == shipped
+    # The same sources give the same wheel: built again here from the checkout, byte for byte.
+    built = subprocess.run(
+        [sys.executable, str(BENCH_WHEEL), str(PROJECT), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    wheel = json.loads(built.stdout.strip().splitlines()[-1])
+    assert (wheel["name"], wheel["sha256"]) == (name, shipped)
+    # What is installed is the checkout's modules, without caches from the controller.
     want = sorted(
         str(path.relative_to(PROJECT))
-        for path in (PROJECT / "bench").rglob("*")
-        if path.is_file()
-        and "__pycache__" not in path.parts
-        and path.suffix not in {".pyc", ".pyo"}
+        for path in (PROJECT / "bench").rglob("*.py")
+        if "__pycache__" not in path.parts
     )
-    got = sorted(host.check_output(f"cd {BENCH_SRC} && find bench -type f").splitlines())
+    files = 'm.files("gpustack-bench")'
+    listed = py(host, f'import importlib.metadata as m; print("\\n".join(str(f) for f in {files}))')
+    got = sorted(f for f in listed.splitlines() if f.startswith("bench/") and f.endswith(".py"))
     assert got == want
-    assert host.file(f"{BENCH_SRC}/pyproject.toml").exists
-    # The stamp names the archive that was installed (a cut-short run redoes the install).
-    archive_sum = host.check_output(f"sha256sum {BENCH_SRC}.tar").split()[0]
-    assert host.file(f"{BENCH_SRC}.installed").content_string.strip() == archive_sum
 
 
 def test_build_record_matches_the_environment(host):
