@@ -23,7 +23,13 @@ tests/fixtures/health/ with their sources in SOURCES.md there):
   "Clocks Throttle Reasons" or, in newer drivers, "Clocks Event Reasons" (NVIDIA/k8s-test-infra#691;
   XML clocks_event_reasons in 1Panel-dev/1Panel#10990), each "Active" or "Not Active"
   (NVIDIA/nvidia-docker#821, kubeflow/kubeflow#68, the README of
-  l4rz/reverse-engineering-dell-idrac-to-get-rid-of-gpu-throttling).
+  l4rz/reverse-engineering-dell-idrac-to-get-rid-of-gpu-throttling);
+- `nvidia-smi --query-gpu=<fields> --format=csv,noheader,nounits`: one line per GPU, the fields'
+  values in the order asked, joined by ", " (the pasted output in NVIDIA/DCGM#263); the field names
+  are those of `nvidia-smi --help-query-gpu` (quoted in netdata/netdata#10362: the ECC section's
+  ecc.errors.uncorrected.{volatile,aggregate}.total and pcie.link.{gen,width}.{current,max}, the
+  latter "may be reduced when the GPU is not in use", also NVIDIA/gpu-monitoring-tools#215); a
+  value nvidia-smi cannot show reads "[N/A]" (not a number here).
 Unit tests: tests/unit/test_health_checks.py.
 """
 
@@ -44,6 +50,10 @@ DCGM_FAILING = {"Fail"}
 SMI_GPU = re.compile(r"^GPU ([0-9A-Fa-f]+:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])\s*$")
 SMI_LINE = re.compile(r"^(?P<indent> *)(?P<key>[^ :][^:]*?)\s*(?::\s*(?P<value>.*?))?\s*$")
 THROTTLE_SECTIONS = ("Clocks Throttle Reasons", "Clocks Event Reasons")
+ECC_VOLATILE = "ecc.errors.uncorrected.volatile.total"  # since the driver loaded
+ECC_AGGREGATE = "ecc.errors.uncorrected.aggregate.total"  # over the GPU's lifetime
+PCIE_GEN = ("pcie.link.gen.current", "pcie.link.gen.max")
+PCIE_WIDTH = ("pcie.link.width.current", "pcie.link.width.max")
 
 
 def _row(check: str, passed: bool, figures: dict, message: str) -> dict:
@@ -263,6 +273,117 @@ def throttling(result: Mapping, fault_reasons: Iterable = (), load_seconds=0) ->
     return _row("throttling", passed, figures, message)
 
 
+def gpu_csv(text: str, fields: Iterable) -> list[dict]:
+    """`nvidia-smi --query-gpu=<fields> --format=csv,noheader,nounits`: a dict per GPU line."""
+    names = list(fields)
+    return [
+        dict(zip(names, (value.strip() for value in line.split(",")), strict=False))
+        for line in text.splitlines()
+        if line.strip()
+    ]
+
+
+def _number(value) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _csv_gpu_name(row: dict) -> str:
+    return f"GPU {row.get('index')} ({row.get('pci.bus_id')})"
+
+
+def ecc_uncorrectable(result: Mapping, fields: Iterable, max_uncorrected=0) -> dict:
+    """Uncorrectable ECC errors since the driver loaded, per GPU, at most max_uncorrected."""
+    ran, said = _ran(result)
+    per_gpu, failing, unread = [], [], []
+    for row in gpu_csv(str(result.get("stdout") or ""), fields):
+        volatile, aggregate = _number(row.get(ECC_VOLATILE)), _number(row.get(ECC_AGGREGATE))
+        per_gpu.append(
+            {
+                "gpu": row.get("index"),
+                "bus_id": row.get("pci.bus_id"),
+                "volatile": volatile,
+                "aggregate": aggregate,
+            }
+        )
+        if volatile is None:
+            unread.append(f"{_csv_gpu_name(row)}: {row.get(ECC_VOLATILE)}")
+        elif volatile > int(max_uncorrected):
+            failing.append(
+                f"{_csv_gpu_name(row)}: {volatile} since the driver loaded, {aggregate} over its "
+                "lifetime"
+            )
+    figures = {"gpus": per_gpu, "failing": failing, "threshold": int(max_uncorrected)}
+    if not ran or not per_gpu:
+        message = f"No ECC counters read ({said}): nvidia-smi --query-gpu failed."
+    elif failing:
+        # A reset is what remaps the rows of a pending remapping (NVML's nvmlDeviceGetRemappedRows
+        # in cuda.bindings.nvml.device_get_remapped_rows' docs; leptonai/gpud#80), checked
+        # 2026-11-25.
+        message = (
+            f"Uncorrectable ECC errors on {'; '.join(failing)} (verify_ecc_max_uncorrected = "
+            f"{max_uncorrected}). Drain the node and reset the GPU (on A100 and later that remaps "
+            "the failing rows); replace it if the errors come back."
+        )
+    else:
+        message = f"ECC counters not shown for {', '.join(unread)}: is ECC off or unsupported?"
+    passed = ran and bool(per_gpu) and not failing and not unread
+    return _row("ecc_uncorrectable", passed, figures, message)
+
+
+def pcie_link(
+    result: Mapping, fields: Iterable, gen_below_max=0, width_below_max=0, load_seconds=0
+) -> dict:
+    """Each GPU's PCIe link, read while it is busy, at its maximum generation and width."""
+    ran, said = _ran(result)
+    per_gpu, failing, unread = [], [], []
+    for row in gpu_csv(str(result.get("stdout") or ""), fields):
+        gen, gen_max = (_number(row.get(name)) for name in PCIE_GEN)
+        width, width_max = (_number(row.get(name)) for name in PCIE_WIDTH)
+        per_gpu.append(
+            {
+                "gpu": row.get("index"),
+                "bus_id": row.get("pci.bus_id"),
+                "gen": gen,
+                "gen_max": gen_max,
+                "width": width,
+                "width_max": width_max,
+            }
+        )
+        if None in (gen, gen_max, width, width_max):
+            unread.append(_csv_gpu_name(row))
+        elif gen_max - gen > int(gen_below_max) or width_max - width > int(width_below_max):
+            failing.append(
+                f"{_csv_gpu_name(row)}: Gen {gen} of {gen_max}, x{width} of x{width_max}"
+            )
+    figures = {
+        "gpus": per_gpu,
+        "failing": failing,
+        "threshold": {"gen_below_max": int(gen_below_max), "width_below_max": int(width_below_max)},
+        "load_seconds": float(load_seconds),
+    }
+    if not ran or not per_gpu:
+        message = (
+            f"No PCIe link read under load ({said}): verify_gpu_load.py needs torch with every GPU "
+            "in the environment's python (see torch_gpus_nccl) and a working nvidia-smi."
+        )
+    elif failing:
+        # lspci -vv shows the link from the host's side: LnkCap (capable) and LnkSta (trained)
+        # (tests of Azure/azhpc-diagnostics, checked 2026-11-25).
+        message = (
+            f"PCIe link below its maximum while busy on {'; '.join(failing)} "
+            f"(verify_pcie_gen_below_max = {gen_below_max}, verify_pcie_width_below_max = "
+            f"{width_below_max}). Reseat the GPU or its riser and check the slot (`lspci -vv`: "
+            "LnkCap against LnkSta); replace the GPU or riser if it stays narrow or slow."
+        )
+    else:
+        message = f"No PCIe link figures shown for {', '.join(unread)}."
+    passed = ran and bool(per_gpu) and not failing and not unread
+    return _row("pcie_link", passed, figures, message)
+
+
 def not_checked(check: str, reason: str) -> dict:
     """A check that does not apply on this host: passed, with the reason in its figures."""
     return _row(check, True, {"skipped": reason}, "")
@@ -276,5 +397,7 @@ class FilterModule:
             "gpustack_health_xid": xid_errors,
             "gpustack_health_dcgm_diag": dcgm_diag,
             "gpustack_health_throttling": throttling,
+            "gpustack_health_ecc": ecc_uncorrectable,
+            "gpustack_health_pcie": pcie_link,
             "gpustack_health_not_checked": not_checked,
         }

@@ -1,42 +1,57 @@
-"""Keep every GPU busy for a few seconds and run one command while they are busy (issue 24).
+"""Keep every GPU busy for a few seconds and run commands while they are busy (issue 24).
 
-    python verify_gpu_load.py SECONDS COMMAND [ARG...]
+    python verify_gpu_load.py SECONDS -- COMMAND [ARG...] [-- COMMAND [ARG...]]...
 
-verify.yml's throttling check runs it with the environment's python (as verify_torch.py) and
-`nvidia-smi -q -d PERFORMANCE` as COMMAND: a clock slowdown shows while the GPU works, and an idle
-GPU lowers its clocks (the "Idle" reason) and its PCIe generation anyway. The first half of
-SECONDS runs float32 matrix products on every GPU torch sees and times them; then enough products
-for the rest of SECONDS are queued on every GPU at once, COMMAND runs while they execute, and the
-script waits for them. COMMAND's standard output is printed unchanged (the filter parses it), its
-exit status is returned; 3 when torch sees no GPU. What the load did goes to standard error.
+verify.yml's health checks run it with the environment's python (as verify_torch.py): `nvidia-smi
+-q -d PERFORMANCE` for the throttling check and nvidia-smi's --query-gpu CSV for the ECC and PCIe
+link checks. A clock slowdown shows while the GPU works, and an idle GPU lowers its clocks (the
+"Idle" reason) and its PCIe generation anyway. The first half of SECONDS runs float32 matrix
+products on every GPU torch sees and times them; then enough products for the rest of SECONDS are
+queued on every GPU at once, the commands run one after another while they execute, and the
+script waits for them. It prints {"reads": [{"argv", "rc", "stdout", "stderr"}, ...]}, one per
+command in order (the shape of what an Ansible command task registers), and exits 0; 3 when torch
+sees no GPU. What the load did goes to standard error.
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
 
-import torch
-
 SIZE = 8192  # one product: 2 * 8192^3 flop, ~1.1 TFLOP: milliseconds on any datacenter GPU
 MAX_QUEUED = 800  # below CUDA's launch queue depth, so queuing never blocks on one GPU
+SEPARATOR = "--"
 
 
-def products(pairs: list[tuple[torch.Tensor, torch.Tensor]], count: int) -> None:
-    """Queue `count` products on every GPU, one GPU after another in each round."""
-    for _ in range(count):
-        for matrix, out in pairs:
-            torch.mm(matrix, matrix, out=out)
+def commands(argv: list[str]) -> tuple[float, list[list[str]]]:
+    """SECONDS and the commands of `verify_gpu_load.py SECONDS -- CMD... -- CMD...`."""
+    found: list[list[str]] = []
+    for word in argv[2:]:
+        if word == SEPARATOR:
+            found.append([])
+        elif found:
+            found[-1].append(word)
+    return float(argv[1]), [command for command in found if command]
 
 
-def synchronize(gpus: int) -> None:
-    for index in range(gpus):
-        torch.cuda.synchronize(index)
+def read(argv_list: list[list[str]]) -> str:
+    """Run each command once, in order; the JSON report of what each printed."""
+    reads = []
+    for argv in argv_list:
+        done = subprocess.run(argv, capture_output=True, text=True, check=False)
+        reads.append(
+            {"argv": argv, "rc": done.returncode, "stdout": done.stdout, "stderr": done.stderr}
+        )
+    return json.dumps({"reads": reads})
 
 
 def main(argv: list[str]) -> int:
-    seconds, command = float(argv[1]), argv[2:]
+    # torch only here: the reading above runs without it (the test stand-ins import this file).
+    import torch
+
+    seconds, argv_list = commands(argv)
     gpus = torch.cuda.device_count()
     if gpus == 0:
         print("torch sees no GPU: no load, nothing read", file=sys.stderr)
@@ -45,25 +60,35 @@ def main(argv: list[str]) -> int:
     for index in range(gpus):
         matrix = torch.rand(SIZE, SIZE, device=f"cuda:{index}")
         pairs.append((matrix, torch.empty_like(matrix)))
+
+    def products(count: int) -> None:
+        """Queue `count` products on every GPU, one GPU after another in each round."""
+        for _ in range(count):
+            for matrix, out in pairs:
+                torch.mm(matrix, matrix, out=out)
+
+    def synchronize() -> None:
+        for index in range(gpus):
+            torch.cuda.synchronize(index)
+
     start = time.monotonic()
     done = 0
     while time.monotonic() - start < seconds / 2 or done == 0:
-        products(pairs, 4)
-        synchronize(gpus)
+        products(4)
+        synchronize()
         done += 4
     per_product = (time.monotonic() - start) / done
     queued = max(1, min(MAX_QUEUED, int(seconds / 2 / per_product)))
-    products(pairs, queued)
-    read = subprocess.run(command, capture_output=True, text=True, check=False)
-    synchronize(gpus)
-    sys.stdout.write(read.stdout)
+    products(queued)
+    report = read(argv_list)
+    synchronize()
+    print(report)
     print(
         f"{gpus} GPU(s) busy {time.monotonic() - start:.1f} s ({per_product * 1000:.1f} ms per "
-        f"{SIZE}x{SIZE} product, {queued} queued while `{' '.join(command)}` ran)",
+        f"{SIZE}x{SIZE} product, {queued} queued while {len(argv_list)} command(s) ran)",
         file=sys.stderr,
     )
-    sys.stderr.write(read.stderr)
-    return read.returncode
+    return 0
 
 
 if __name__ == "__main__":

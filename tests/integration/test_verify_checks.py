@@ -54,6 +54,8 @@ FAULT_MESSAGES = {
     "nvlink_links": "NVLink link(s) down: GPU 3 link 3, GPU 3 link 5 (verify_nvlink_max_inactive",
     "dcgm_diag": "dcgmi diag -r 3 failed PCIe: GPU 0GPU 0's NvLink link 0 is currently down",
     "throttling": "Clocks slowed while busy on GPU 0 (bus id not shown): HW Slowdown, HW Power",
+    "ecc_uncorrectable": "on GPU 2 (00000000:47:00.0): 2 since the driver loaded, 3 over its",
+    "pcie_link": "below its maximum while busy on GPU 1 (00000000:0F:00.0): Gen 4 of 4, x8 of x16",
 }
 GPUS_PRESENT_MESSAGE = "gpuhost has no NVIDIA GPU on the PCI bus: it should not be in gpu_nodes."
 # What the inventory would set: the versions the healthy stand-ins report, and DCGM.
@@ -128,6 +130,7 @@ def test_a_healthy_node_passes_and_exits_0(healthy):
     assert checks["dcgm_diag"]["figures"]["tests"]["Inforom"] == "Pass"
     assert checks["throttling"]["figures"]["gpus"][0]["bus_id"] == "00000000:03:00.0"
     assert checks["nvlink_links"]["figures"]["links_per_gpu"] == {"0": 18}
+    assert [gpu["width"] for gpu in checks["pcie_link"]["figures"]["gpus"]] == [16] * 4
 
 
 @pytest.mark.parametrize("check", ["gpus_present", *FAULT_MESSAGES])
@@ -178,8 +181,11 @@ def test_two_roots_give_two_hosts_their_own_readings(tmp_path):
         under_load = read(
             f"{variables['verify_python_env_path']}/bin/python",
             str(REPO / "playbooks" / "files" / "verify_gpu_load.py"),
-            "1",
-            *(variables["verify_nvidia_smi"], "-q", "-d", "PERFORMANCE"),
+            *("1", "--", variables["verify_nvidia_smi"], "-q", "-d", "PERFORMANCE"),
         )
-        assert under_load == (health / f"nvidia-smi-q-performance.{state}.txt").read_text()
+        (performance,) = json.loads(under_load)["reads"]
+        assert performance["rc"] == 0
+        assert (
+            performance["stdout"] == (health / f"nvidia-smi-q-performance.{state}.txt").read_text()
+        )
     assert (healthy["verify_expected_gpus"], faulty["verify_expected_gpus"]) == (4, 8)

@@ -7,9 +7,11 @@ there names each); a check whose verdict were inverted fails one of the two case
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests/fixtures/health"
@@ -183,3 +185,106 @@ def test_throttling_fails_when_no_reason_is_shown():
     row = health.throttling(ran("nvidia-smi-nvlink-s.healthy.txt"), FAULTS)
     assert not row["passed"]
     assert "No clock reasons shown" in row["message"]
+
+
+# tasks/verify_health.yml's verify_health_gpu_fields: the columns of the --query-gpu CSV fixtures.
+GPU_FIELDS = [
+    "index",
+    "pci.bus_id",
+    "ecc.errors.uncorrected.volatile.total",
+    "ecc.errors.uncorrected.aggregate.total",
+    "pcie.link.gen.current",
+    "pcie.link.gen.max",
+    "pcie.link.width.current",
+    "pcie.link.width.max",
+]
+
+
+def test_the_query_fields_are_those_verify_health_yml_asks_for():
+    tasks = yaml.safe_load((ROOT / "playbooks/tasks/verify_health.yml").read_text())
+    (named,) = [
+        t for t in tasks if "verify_health_gpu_fields" in t.get("ansible.builtin.set_fact", {})
+    ]
+    assert named["ansible.builtin.set_fact"]["verify_health_gpu_fields"] == GPU_FIELDS
+
+
+def test_ecc_without_uncorrectable_errors_passes():
+    row = health.ecc_uncorrectable(ran("nvidia-smi-query-gpu-health.healthy.txt"), GPU_FIELDS, 0)
+    assert row["passed"], row
+    assert [(g["gpu"], g["volatile"], g["aggregate"]) for g in row["figures"]["gpus"]] == [
+        (str(i), 0, 0) for i in range(4)
+    ]
+
+
+def test_ecc_uncorrectable_errors_fail_and_name_the_gpu():
+    row = health.ecc_uncorrectable(ran("nvidia-smi-query-gpu-health.ecc.txt"), GPU_FIELDS, 0)
+    assert not row["passed"]
+    assert row["figures"]["failing"] == [
+        "GPU 2 (00000000:47:00.0): 2 since the driver loaded, 3 over its lifetime"
+    ]
+    assert "verify_ecc_max_uncorrected = 0" in row["message"]
+
+
+def test_ecc_threshold_tolerates_that_many_errors():
+    assert health.ecc_uncorrectable(ran("nvidia-smi-query-gpu-health.ecc.txt"), GPU_FIELDS, 2)[
+        "passed"
+    ]
+
+
+def test_ecc_not_shown_fails():
+    # A GPU without ECC shows "[N/A]" in the CSV (Azure/azhpc-diagnostics' tests skip on it).
+    text = "0, 00000000:07:00.0, [N/A], [N/A], 4, 4, 16, 16\n"
+    row = health.ecc_uncorrectable({"rc": 0, "stdout": text, "stderr": ""}, GPU_FIELDS)
+    assert not row["passed"]
+    assert "GPU 0 (00000000:07:00.0): [N/A]" in row["message"]
+
+
+def test_pcie_link_at_its_maximum_passes():
+    row = health.pcie_link(ran("nvidia-smi-query-gpu-health.healthy.txt"), GPU_FIELDS, 0, 0, 10)
+    assert row["passed"], row
+    assert row["figures"]["gpus"][0] == {
+        "gpu": "0",
+        "bus_id": "00000000:07:00.0",
+        "gen": 4,
+        "gen_max": 4,
+        "width": 16,
+        "width_max": 16,
+    }
+
+
+def test_pcie_link_narrower_than_its_maximum_fails():
+    row = health.pcie_link(ran("nvidia-smi-query-gpu-health.pcie.txt"), GPU_FIELDS)
+    assert not row["passed"]
+    assert row["figures"]["failing"] == ["GPU 1 (00000000:0F:00.0): Gen 4 of 4, x8 of x16"]
+    assert "verify_pcie_width_below_max = 0" in row["message"]
+
+
+def test_pcie_link_thresholds_tolerate_that_many_lanes_or_generations():
+    assert health.pcie_link(ran("nvidia-smi-query-gpu-health.pcie.txt"), GPU_FIELDS, 0, 8)["passed"]
+    slower = "0, 00000000:07:00.0, 0, 0, 3, 4, 16, 16\n"
+    result = {"rc": 0, "stdout": slower, "stderr": ""}
+    assert not health.pcie_link(result, GPU_FIELDS, 0, 8)["passed"]
+    assert health.pcie_link(result, GPU_FIELDS, 1, 0)["passed"]
+
+
+def test_pcie_link_fails_when_the_load_could_not_run():
+    result = {"rc": 3, "stdout": "", "stderr": "torch sees no GPU: no load, nothing read"}
+    row = health.pcie_link(result, GPU_FIELDS)
+    assert not row["passed"]
+    assert "rc 3: torch sees no GPU" in row["message"]
+
+
+def test_the_load_script_splits_its_commands_and_reports_each_read():
+    spec = importlib.util.spec_from_file_location(
+        "verify_gpu_load", ROOT / "playbooks/files/verify_gpu_load.py"
+    )
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    argv = ["verify_gpu_load.py", "10", "--", "echo", "a b", "--", "sh", "-c", "echo x >&2; exit 4"]
+    seconds, commands = script.commands(argv)
+    assert (seconds, commands) == (10.0, [["echo", "a b"], ["sh", "-c", "echo x >&2; exit 4"]])
+    reads = json.loads(script.read(commands))["reads"]
+    assert reads == [
+        {"argv": ["echo", "a b"], "rc": 0, "stdout": "a b\n", "stderr": ""},
+        {"argv": ["sh", "-c", "echo x >&2; exit 4"], "rc": 4, "stdout": "", "stderr": "x\n"},
+    ]

@@ -14,10 +14,10 @@ a TOOLS entry and, for a new tool, its link to standin.py here.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shlex
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -87,6 +87,13 @@ QUERY = (
     "--format=csv,noheader",
 )
 CONTAINER = ("run", "--rm", "--pull", "missing", "--gpus", "all")
+# The ECC and PCIe link checks' query (verify_health_gpu_fields of tasks/verify_health.yml); its
+# fixtures' layout is real, their values ours (tests/fixtures/health/SOURCES.md).
+HEALTH_QUERY = (
+    "--query-gpu=index,pci.bus_id,ecc.errors.uncorrected.volatile.total,"
+    "ecc.errors.uncorrected.aggregate.total,pcie.link.gen.current,pcie.link.gen.max,"
+    "pcie.link.width.current,pcie.link.width.max"
+)
 TOOLS: dict[tuple[str, ...], Tool] = {
     ("nvidia-smi", "-L"): Tool(
         Output("nvidia-smi-L.txt"),
@@ -148,6 +155,17 @@ TOOLS: dict[tuple[str, ...], Tool] = {
         Output(HEALTH / "nvidia-smi-q-performance.healthy.txt"),
         ((("throttling",), Output(HEALTH / "nvidia-smi-q-performance.faulty.txt")),),
     ),
+    ("nvidia-smi", HEALTH_QUERY, "--format=csv,noheader,nounits"): Tool(
+        Output(HEALTH / "nvidia-smi-query-gpu-health.healthy.txt"),
+        (
+            (
+                ("ecc_uncorrectable", "pcie_link"),
+                Output(HEALTH / "nvidia-smi-query-gpu-health.ecc-pcie.txt"),
+            ),
+            (("ecc_uncorrectable",), Output(HEALTH / "nvidia-smi-query-gpu-health.ecc.txt")),
+            (("pcie_link",), Output(HEALTH / "nvidia-smi-query-gpu-health.pcie.txt")),
+        ),
+    ),
 }
 
 # The environment's python runs our scripts (playbooks/files/verify_*.py, copied to a temporary
@@ -188,10 +206,11 @@ REPORTS: dict[str, Report] = {
 }
 
 
-# playbooks/files/verify_gpu_load.py SECONDS COMMAND...: the real script loads every GPU with
-# torch, runs COMMAND meanwhile, prints its standard output unchanged and exits with its status.
-# Without GPUs the stand-in python does the same minus the load, so the command verify.yml built
-# runs here (through these stand-ins) and its output reaches the filter as the script passes it.
+# playbooks/files/verify_gpu_load.py SECONDS -- COMMAND... [-- COMMAND...]: the real script loads
+# every GPU with torch, runs the commands meanwhile and prints what each printed. Without GPUs the
+# stand-in python runs the script's own parsing and reading (its commands() and read(), imported
+# from the copy Ansible runs) minus the load, so the commands verify.yml built run here, through
+# these stand-ins, and their output reaches the filters as the script reports it.
 LOAD_SCRIPT = "verify_gpu_load.py"
 
 
@@ -301,11 +320,13 @@ def build_root(root: Path, active: set[str]) -> dict[str, str | int]:
 
 
 def run_under_load(argv: list[str]) -> int:
-    """argv: python, verify_gpu_load.py, SECONDS, COMMAND...; as the script, without the load."""
-    read = subprocess.run(argv[3:], capture_output=True, text=True, check=False)
-    sys.stdout.write(read.stdout)
-    sys.stderr.write(read.stderr)
-    return read.returncode
+    """argv: python, verify_gpu_load.py, SECONDS, -- COMMAND...: the script, without the load."""
+    spec = importlib.util.spec_from_file_location("verify_gpu_load", argv[1])
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    _, commands = script.commands(argv[1:])
+    print(script.read(commands))
+    return 0
 
 
 def main(argv: list[str]) -> int:
