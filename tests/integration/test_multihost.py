@@ -11,6 +11,7 @@ asserts on speed.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -22,7 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from integration_support import INFRA, REPO, TINY, require_netns_hosts
+from integration_support import INFRA, REPO, TINY, bench_env, require_netns_hosts
 
 NETNS = INFRA / "netns.sh"
 SUBNET = "10.213.0"
@@ -280,6 +281,8 @@ def test_killed_ranks_on_one_host_give_a_failure_row_and_the_sweep_goes_on(
 def test_playbook_runs_the_sweep_on_the_hosts_and_fetches_results(
     hosts: Path, tmp_path: Path
 ) -> None:
+    # The hosts share this machine's filesystem: one environment, which both install the wheel into.
+    python = bench_env(tmp_path / "env")
     inventory = tmp_path / "inventory.yml"
     inventory.write_text(
         json.dumps(
@@ -300,7 +303,7 @@ def test_playbook_runs_the_sweep_on_the_hosts_and_fetches_results(
                                     "-o StrictHostKeyChecking=yes"
                                 ),
                                 "ansible_python_interpreter": "/usr/bin/python3",
-                                "bench_python": sys.executable,
+                                "bench_python": str(python),
                                 "bench_gpus_per_node": 1,
                                 "bench_workdir": str(tmp_path / "remote"),
                             },
@@ -354,6 +357,19 @@ def test_playbook_runs_the_sweep_on_the_hosts_and_fetches_results(
     assert run["status"] == "ok", run["error"]
     assert (run["nodes"], run["hosts"]) == (2, f"{HOST1}:1,{HOST2}:1")
     assert (directory / "report.md").exists()
+    # the sweep ran the wheel bench.yml built from this checkout and installed (python_env's tasks)
+    shipped = tmp_path / "env" / "src" / "gpustack-bench"
+    (wheel,) = shipped.iterdir()
+    stamp = (tmp_path / "env" / "src" / "gpustack-bench.installed").read_text().strip()
+    assert stamp == hashlib.sha256(wheel.read_bytes()).hexdigest()
+    where = subprocess.run(
+        [str(python), "-c", "import bench; print(bench.__file__)"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        check=True,
+    ).stdout
+    assert where.startswith(str(tmp_path / "env" / "lib")), where
     # passwordless ssh between the hosts: gsb1's key is authorized on gsb2, gsb2 is known on gsb1
     public = (hosts / "gsb1" / "dot-ssh" / "gpustack_bench_ed25519.pub").read_text().split()[1]
     assert public in (hosts / "gsb2" / "dot-ssh" / "authorized_keys").read_text()
