@@ -460,3 +460,92 @@ def test_resume_is_refused_while_a_host_of_the_sweep_is_unreachable(
     assert "no rank of this sweep is left on 1 of 2 host(s)" in resumed.stderr
     assert f"{gone}: rc=255: ssh: connect to host {gone} port {PORT}" in resumed.stderr
     assert not (directory / "controller.lock").exists()
+
+
+def acceptance(hosts: Path, tmp_path: Path, *args: str, fault: str = "") -> tuple[int, Path, str]:
+    """playbooks/acceptance.yml over the namespace hosts, two "GPUs" (CPU ranks) each, with
+    verify.yml's tools and files pointed at the labelled stand-ins of tests/standin/tools
+    (healthy readings) and BENCH_INJECT_FAULT reaching the per-GPU check's ranks."""
+    from test_verify_checks import EXPECTED, standin
+
+    inventory = tmp_path / "inventory.yml"
+    common = {
+        "ansible_port": PORT,
+        "ansible_user": "root",
+        "ansible_ssh_private_key_file": str(hosts / "id_ed25519"),
+        "ansible_ssh_common_args": (
+            f"-o UserKnownHostsFile={hosts / 'known_hosts'} -o StrictHostKeyChecking=yes"
+        ),
+        "ansible_python_interpreter": "/usr/bin/python3",
+        "bench_python": sys.executable,
+        "bench_gpus_per_node": 2,
+        "bench_workdir": str(tmp_path / "remote"),
+    }
+    group = {"hosts": {"gsb1": {"ansible_host": HOST1}, "gsb2": {"ansible_host": HOST2}}}
+    inventory.write_text(
+        json.dumps({"all": {"children": {"gpu_nodes": {**group, "vars": common}}}})
+    )
+    report = tmp_path / "acceptance"
+    extra = {
+        **EXPECTED,
+        **standin.build_root(tmp_path / "root", set()),
+        "acceptance_report_dir": str(report),
+        "acceptance_bench_args": [
+            *TINY,
+            *("--launchers", "per-gpu", "--repeats", "1", "--no-probe"),
+            # A node's median of two GPUs halves their gap. The slowed rank (0.25 s of sleep per
+            # step, about a tiny step's time here) measured 20 % to 52 % below it on this 2-core
+            # machine, two equal CPU ranks sharing it a few percent.
+            *("--slow-gpu-threshold", "15"),
+        ],
+        "bench_environment": {"BENCH_INJECT_FAULT": fault} if fault else {},
+    }
+    env = {
+        **{k: v for k, v in os.environ.items() if k != standin.FAULTS_ENV},
+        "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".cache" / "collections"),
+        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+    }
+    done = subprocess.run(
+        [
+            str(Path(sys.executable).with_name("ansible-playbook")),
+            *("-i", str(inventory), *args, str(REPO / "playbooks" / "acceptance.yml")),
+            *("-e", json.dumps(extra)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=env,
+        cwd=REPO,
+    )
+    return done.returncode, report, done.stdout
+
+
+def test_acceptance_fails_the_node_with_a_slow_gpu_and_passes_the_healthy_one(
+    hosts: Path, tmp_path: Path
+) -> None:
+    # slots: gsb1's GPUs are 0 and 1, gsb2's 2 and 3: gsb2's second GPU is slowed.
+    rc, report, out = acceptance(hosts, tmp_path, fault="slow@3")
+    assert rc != 0, out[-6000:]
+    healthy = json.loads((report / "gsb1.json").read_text())
+    faulty = json.loads((report / "gsb2.json").read_text())
+    assert healthy["passed"] is True, healthy["reasons"]
+    assert healthy["failed_checks"] == [] and healthy["checks"] > 20
+    assert [g["gpu_index"] for g in healthy["gpus"]] == [0, 1]
+    assert faulty["passed"] is False
+    assert faulty["failed_checks"] == []  # verify.yml found nothing: the per-GPU check did
+    assert [r.split(":")[0] for r in faulty["reasons"]] == ["GPU 1 SLOW vs node median"]
+    fleet = (report / "fleet.md").read_text()
+    assert fleet.startswith("# Fleet acceptance: FAILED\n\n1 of 2 nodes passed.")
+    flagged = fleet.split("## Flagged GPUs, slowest first")[1]
+    assert "| gsb2 | 1 | cpu |" in flagged and "gsb1" not in flagged
+    assert {p.name for p in (report / "verify").iterdir()} == {"gsb1.json", "gsb2.json"}
+    assert "gsb2 did not pass: see" in " ".join(out.split())
+    assert tagged_processes() == []
+
+
+def test_acceptance_of_a_healthy_host_passes(hosts: Path, tmp_path: Path) -> None:
+    rc, report, out = acceptance(hosts, tmp_path, "--limit", "gsb1")
+    assert rc == 0, out[-6000:]
+    assert json.loads((report / "gsb1.json").read_text())["passed"] is True
+    assert not (report / "gsb2.json").exists()
+    assert (report / "fleet.md").read_text().startswith("# Fleet acceptance: PASSED\n\n1 of 1")
