@@ -114,6 +114,20 @@ def test_a_changed_module_changes_the_wheel(built, tmp_path: Path) -> None:
     assert build(other, tmp_path / "out")["sha256"] != first["sha256"]
 
 
+def test_a_directory_without_pyproject_toml_says_which_variable_to_set(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), str(tmp_path), str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert (
+        f"python_env: {tmp_path} holds no pyproject.toml; set python_env_bench_src" in done.stderr
+    )
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize(
     ("installed", "unmet"),
     [

@@ -111,6 +111,11 @@ def pip_wheel_argv(source: Path, wheel_dir: Path, isolated: bool) -> list[str]:
 
 
 def build(checkout: Path, outdir: Path) -> dict[str, object]:
+    if not (checkout / "pyproject.toml").is_file():
+        raise SystemExit(
+            f"python_env: {checkout} holds no pyproject.toml; set python_env_bench_src to the "
+            "project checkout, or python_env_bench_requirement to a pip requirement."
+        )
     source, wheel_dir = outdir / "src", outdir / "dist"
     copy_sources(checkout, source)
     requires = tomllib.loads((source / "pyproject.toml").read_text())["build-system"]["requires"]
