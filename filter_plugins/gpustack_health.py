@@ -30,11 +30,14 @@ tests/fixtures/health/ with their sources in SOURCES.md there):
   ecc.errors.uncorrected.{volatile,aggregate}.total and pcie.link.{gen,width}.{current,max}, the
   latter "may be reduced when the GPU is not in use", also NVIDIA/gpu-monitoring-tools#215); a
   value nvidia-smi cannot show reads "[N/A]" (not a number here).
+- remapped rows / retired pages: the JSON of playbooks/files/verify_memory_errors.py (NVML through
+  nvidia-ml-py; its format is ours), since no nvidia-smi output of them was found both ways.
 Unit tests: tests/unit/test_health_checks.py.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Mapping
 
@@ -384,6 +387,55 @@ def pcie_link(
     return _row("pcie_link", passed, figures, message)
 
 
+def remapped_rows(result: Mapping, allow_pending=False) -> dict:
+    """No GPU has a failed row remap, nor (unless allowed) one waiting for a reset; on GPUs
+    without row remapping, no page retirement waiting for a reboot. Reads the JSON of
+    playbooks/files/verify_memory_errors.py (NVML, through the environment's nvidia-ml-py)."""
+    ran, said = _ran(result)
+    try:
+        gpus = json.loads(str(result.get("stdout") or "")).get("gpus", []) if ran else []
+    except ValueError:
+        ran, said, gpus = False, "its output is not JSON", []
+    problems = []
+    for gpu in gpus:
+        name = f"GPU {gpu.get('index')} ({gpu.get('bus_id', '?')})"
+        rows, pages = gpu.get("remapped_rows"), gpu.get("retired_pages")
+        if rows is not None:
+            if rows.get("failure"):
+                problems.append(
+                    f"{name}: a row remap failed ({rows.get('uncorrectable')} rows remapped for "
+                    "uncorrectable errors): it cannot hide more bad memory, replace it (RMA)"
+                )
+            elif rows.get("pending") and not allow_pending:
+                problems.append(
+                    f"{name}: a row remap waits for a GPU reset: drain it, then reset the GPU "
+                    "(nvidia-smi -r) or reboot"
+                )
+        elif pages is not None:
+            if pages.get("pending"):
+                problems.append(
+                    f"{name}: a page retirement ({pages.get('double_bit')} double-bit, "
+                    f"{pages.get('single_bit')} single-bit pages) waits for a reboot"
+                )
+        else:
+            problems.append(f"{name}: {gpu.get('error', 'NVML reported nothing')}")
+    if ran and not gpus:
+        problems.append("NVML lists no GPU")
+    figures = {
+        "gpus": {
+            str(g.get("index")): g.get("remapped_rows") or g.get("retired_pages") for g in gpus
+        },
+        "threshold": {"allow_pending": bool(allow_pending)},
+    }
+    message = (
+        "; ".join(problems)
+        if ran
+        else f"verify_memory_errors.py could not read NVML ({said}): is nvidia-ml-py installed "
+        "in the environment and the driver loaded?"
+    )
+    return _row("remapped_rows", ran and not problems, figures, message)
+
+
 def not_checked(check: str, reason: str) -> dict:
     """A check that does not apply on this host: passed, with the reason in its figures."""
     return _row(check, True, {"skipped": reason}, "")
@@ -399,5 +451,6 @@ class FilterModule:
             "gpustack_health_throttling": throttling,
             "gpustack_health_ecc": ecc_uncorrectable,
             "gpustack_health_pcie": pcie_link,
+            "gpustack_health_remapped_rows": remapped_rows,
             "gpustack_health_not_checked": not_checked,
         }

@@ -288,3 +288,119 @@ def test_the_load_script_splits_its_commands_and_reports_each_read():
         {"argv": ["echo", "a b"], "rc": 0, "stdout": "a b\n", "stderr": ""},
         {"argv": ["sh", "-c", "echo x >&2; exit 4"], "rc": 4, "stdout": "", "stderr": "x\n"},
     ]
+
+
+# remapped_rows reads verify_memory_errors.py's JSON (the format is the script's own): one GPU per
+# entry, remapped rows on Ampere and newer, retired pages before. The pending reading carries the
+# values of leptonai/gpud#80's real "Remapped Rows" block (Uncorrectable Error 4, Pending Yes).
+def memory(*gpus: dict, rc: int = 0) -> dict:
+    return {"rc": rc, "stdout": json.dumps({"gpus": list(gpus)}), "stderr": ""}
+
+
+def remap(index: int, unc: int = 0, pending: bool = False, failure: bool = False) -> dict:
+    rows = {"correctable": 0, "uncorrectable": unc, "pending": pending, "failure": failure}
+    return {"index": index, "bus_id": f"00000000:0{index}:00.0", "remapped_rows": rows}
+
+
+def test_remapped_rows_pass_with_no_pending_remap_and_no_failure():
+    row = health.remapped_rows(memory(remap(0), remap(1, unc=2)))
+    assert row["passed"] and row["message"] == ""
+    assert row["figures"]["gpus"]["1"]["uncorrectable"] == 2
+    assert row["figures"]["threshold"] == {"allow_pending": False}
+
+
+def test_a_pending_remap_fails_unless_allowed_and_names_the_gpu():
+    reading = memory(remap(0), remap(2, unc=4, pending=True))
+    row = health.remapped_rows(reading)
+    assert not row["passed"]
+    assert row["message"].startswith("GPU 2 (00000000:02:00.0): a row remap waits for a GPU reset")
+    assert health.remapped_rows(reading, allow_pending=True)["passed"]
+
+
+def test_a_failed_remap_fails_even_when_pending_is_allowed():
+    row = health.remapped_rows(memory(remap(1, unc=9, failure=True)), allow_pending=True)
+    assert not row["passed"]
+    assert "a row remap failed (9 rows remapped for uncorrectable errors)" in row["message"]
+    assert "RMA" in row["message"]
+
+
+def test_retired_pages_before_ampere_fail_only_when_a_retirement_is_pending():
+    old = {"index": 0, "bus_id": "00000000:04:00.0"}
+    settled = {**old, "retired_pages": {"single_bit": 1, "double_bit": 0, "pending": False}}
+    waiting = {**old, "retired_pages": {"single_bit": 0, "double_bit": 2, "pending": True}}
+    assert health.remapped_rows(memory(settled))["passed"]
+    row = health.remapped_rows(memory(waiting))
+    assert not row["passed"]
+    assert (
+        "a page retirement (2 double-bit, 0 single-bit pages) waits for a reboot" in row["message"]
+    )
+
+
+@pytest.mark.parametrize(
+    "reading,said",
+    [
+        (memory(rc=1), "could not read NVML (rc 1"),
+        ({"rc": 0, "stdout": "Traceback", "stderr": ""}, "its output is not JSON"),
+        (memory(), "NVML lists no GPU"),
+        (
+            memory({"index": 0, "bus_id": "x", "error": "NVML: Unknown Error"}),
+            "NVML: Unknown Error",
+        ),
+    ],
+    ids=["script failed", "not JSON", "no GPU", "NVML error"],
+)
+def test_remapped_rows_fails_when_nothing_trustworthy_was_read(reading, said):
+    row = health.remapped_rows(reading)
+    assert not row["passed"]
+    assert said in row["message"]
+
+
+def test_the_memory_script_reads_remapped_rows_and_falls_back_to_retired_pages(monkeypatch, capsys):
+    # A labelled stand-in of nvidia-ml-py's pynvml with the calls the script makes (names, return
+    # shapes and constants as in nvidia-ml-py 13.615.71): GPU 0 remaps rows, GPU 1 (pre-Ampere)
+    # answers NOT_SUPPORTED and reports retired pages instead.
+    import runpy
+    import types
+
+    class NVMLError(Exception):
+        def __init__(self, value):
+            super().__init__(f"NVML error {value}")
+            self.value = value
+
+    fake = types.SimpleNamespace(
+        NVMLError=NVMLError,
+        NVML_ERROR_NOT_SUPPORTED=3,
+        NVML_FEATURE_ENABLED=1,
+        NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS=0,
+        NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR=1,
+        nvmlInit=lambda: None,
+        nvmlShutdown=lambda: None,
+        nvmlDeviceGetCount=lambda: 2,
+        nvmlDeviceGetHandleByIndex=lambda i: i,
+        nvmlDeviceGetPciInfo=lambda h: types.SimpleNamespace(busId=f"00000000:0{h}:00.0".encode()),
+        nvmlDeviceGetRetiredPages=lambda h, cause: [0x1000] * (cause + 1),
+        nvmlDeviceGetRetiredPagesPendingStatus=lambda h: 1,
+    )
+
+    def remapped(handle):
+        if handle == 1:
+            raise NVMLError(3)
+        return (0, 4, 1, 0)
+
+    fake.nvmlDeviceGetRemappedRows = remapped
+    monkeypatch.setitem(__import__("sys").modules, "pynvml", fake)
+    runpy.run_path(str(ROOT / "playbooks/files/verify_memory_errors.py"), run_name="__main__")
+    gpus = json.loads(capsys.readouterr().out)["gpus"]
+    assert gpus[0]["remapped_rows"] == {
+        "correctable": 0,
+        "uncorrectable": 4,
+        "pending": True,
+        "failure": False,
+    }
+    assert gpus[1] == {
+        "index": 1,
+        "bus_id": "00000000:01:00.0",
+        "retired_pages": {"single_bit": 1, "double_bit": 2, "pending": True},
+    }
+    row = health.remapped_rows({"rc": 0, "stdout": json.dumps({"gpus": gpus}), "stderr": ""})
+    assert not row["passed"] and "GPU 0 (00000000:00:00.0)" in row["message"]

@@ -170,6 +170,12 @@ TOOLS: dict[tuple[str, ...], Tool] = {
 
 # The environment's python runs our scripts (playbooks/files/verify_*.py, copied to a temporary
 # path by ansible.builtin.script): keyed by the script's name, their format is the script's own.
+REMAP_PENDING = [
+    {**gpu, "remapped_rows": {**gpu["remapped_rows"], "uncorrectable": 4, "pending": True}}
+    if gpu["index"] == 2
+    else gpu
+    for gpu in json.loads((FIXTURES / "verify_memory_errors.json").read_text())["gpus"]
+]
 REPORTS: dict[str, Report] = {
     "verify_torch.py": Report(
         "verify_torch.json",
@@ -197,6 +203,13 @@ REPORTS: dict[str, Report] = {
     "verify_cupy.py": Report(
         "verify_cupy.json",
         {"cupy_matmul": {"set": {"gpus": [{"device": 0, "max_relative_error": 0.98}]}}},
+    ),
+    "verify_memory_errors.py": Report(
+        "verify_memory_errors.json",
+        # GPU 2 with four rows remapped for uncorrectable errors and the remap waiting for a reset:
+        # the values of the real reading in leptonai/gpud#80 ("Uncorrectable Error : 4", "Pending :
+        # Yes"), in the script's own format.
+        {"remapped_rows": {"set": {"gpus": REMAP_PENDING}}},
     ),
     "verify_tensorflow.py": Report(
         "verify_tensorflow.json",
