@@ -30,6 +30,9 @@ tests/fixtures/health/ with their sources in SOURCES.md there):
   ecc.errors.uncorrected.{volatile,aggregate}.total and pcie.link.{gen,width}.{current,max}, the
   latter "may be reduced when the GPU is not in use", also NVIDIA/gpu-monitoring-tools#215); a
   value nvidia-smi cannot show reads "[N/A]" (not a number here).
+- `dcgmi health -c -j`: {"body": {"Overall Health": {"value": "Healthy"}}, "header": [...]}
+  (NVIDIA/DCGM#263, real); "Warning" and "Failure" are the other values and incidents sit under
+  body.<entity group>.children.<id> (DCGM 4.6.0's dcgmi/Health.cpp, read 2026-11-25);
 - remapped rows / retired pages: the JSON of playbooks/files/verify_memory_errors.py (NVML through
   nvidia-ml-py; its format is ours), since no nvidia-smi output of them was found both ways.
 Unit tests: tests/unit/test_health_checks.py.
@@ -52,6 +55,7 @@ DCGM_WARNING = re.compile(r"^\|\s*(?:Warning)?\s*\|\s*(?P<text>.*?)\s*\|?\s*$")
 DCGM_FAILING = {"Fail"}
 SMI_GPU = re.compile(r"^GPU ([0-9A-Fa-f]+:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])\s*$")
 SMI_LINE = re.compile(r"^(?P<indent> *)(?P<key>[^ :][^:]*?)\s*(?::\s*(?P<value>.*?))?\s*$")
+DCGM_OVERALL = "Overall Health"
 THROTTLE_SECTIONS = ("Clocks Throttle Reasons", "Clocks Event Reasons")
 ECC_VOLATILE = "ecc.errors.uncorrected.volatile.total"  # since the driver loaded
 ECC_AGGREGATE = "ecc.errors.uncorrected.aggregate.total"  # over the GPU's lifetime
@@ -436,6 +440,59 @@ def remapped_rows(result: Mapping, allow_pending=False) -> dict:
     return _row("remapped_rows", ran and not problems, figures, message)
 
 
+def _dcgm_incidents(body: Mapping) -> list[str]:
+    """'GPU 2 Memory: Failure: <message>' per system of each entity `dcgmi health -c -j` lists
+    (body.<entity group>.children.<id>.children.Errors.children.<system>: value and overflow, the
+    layout of DCGM 4.6.0's dcgmi/Health.cpp and dcgmi/DcgmiOutput.h)."""
+    found = []
+    for group, entities in body.items():
+        if group == DCGM_OVERALL or not isinstance(entities, Mapping):
+            continue
+        for entity, node in (entities.get("children") or {}).items():
+            errors = ((node.get("children") or {}).get("Errors") or {}).get("children") or {}
+            for system, detail in errors.items():
+                text = " ".join(detail.get("overflow") or [])
+                found.append(
+                    f"{group} {entity} {system}: {detail.get('value', '?')}: {text}".strip()
+                )
+    return found
+
+
+def dcgm_health(watches: Mapping, result: Mapping, fail_on_warning=True) -> dict:
+    """DCGM's background health watches (`dcgmi health -s a`, set at the start of the health
+    checks) report Healthy at `dcgmi health -c -j`, or Warning when warnings are tolerated."""
+    set_ok, set_said = _ran(watches)
+    ran, said = _ran(result)
+    overall, incidents = None, []
+    if ran:
+        try:
+            body = json.loads(str(result.get("stdout") or "")).get("body", {})
+            overall = (body.get(DCGM_OVERALL) or {}).get("value")
+            incidents = _dcgm_incidents(body)
+        except ValueError:
+            ran, said = False, "its output is not JSON"
+    accepted = {"Healthy"} | (set() if fail_on_warning else {"Warning"})
+    passed = set_ok and ran and overall in accepted
+    figures = {
+        "overall": overall,
+        "incidents": incidents,
+        "threshold": sorted(accepted),
+    }
+    if not set_ok:
+        message = (
+            f"`dcgmi health -s a` could not set DCGM's health watches ({set_said}): "
+            "is nvidia-dcgm running?"
+        )
+    elif not ran:
+        message = f"`dcgmi health -c -j` failed ({said}): is nvidia-dcgm running?"
+    else:
+        message = (
+            f"DCGM's health watches say {overall}: {'; '.join(incidents) or 'no incident listed'}."
+            " Drain the node and act on each (dcgmi diag -r 3 for detail)."
+        )
+    return _row("dcgm_health", passed, figures, message)
+
+
 def not_checked(check: str, reason: str) -> dict:
     """A check that does not apply on this host: passed, with the reason in its figures."""
     return _row(check, True, {"skipped": reason}, "")
@@ -452,5 +509,6 @@ class FilterModule:
             "gpustack_health_ecc": ecc_uncorrectable,
             "gpustack_health_pcie": pcie_link,
             "gpustack_health_remapped_rows": remapped_rows,
+            "gpustack_health_dcgm_health": dcgm_health,
             "gpustack_health_not_checked": not_checked,
         }

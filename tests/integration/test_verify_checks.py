@@ -57,6 +57,7 @@ FAULT_MESSAGES = {
     "ecc_uncorrectable": "on GPU 2 (00000000:47:00.0): 2 since the driver loaded, 3 over its",
     "pcie_link": "below its maximum while busy on GPU 1 (00000000:0F:00.0): Gen 4 of 4, x8 of x16",
     "remapped_rows": "GPU 2 (00000000:47:00.0): a row remap waits for a GPU reset: drain it",
+    "dcgm_health": "DCGM's health watches say Failure: GPU 2 Memory: Failure: Detected 2 volatile",
 }
 GPUS_PRESENT_MESSAGE = "gpuhost has no NVIDIA GPU on the PCI bus: it should not be in gpu_nodes."
 # What the inventory would set: the versions the healthy stand-ins report, and DCGM.

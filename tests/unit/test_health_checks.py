@@ -404,3 +404,41 @@ def test_the_memory_script_reads_remapped_rows_and_falls_back_to_retired_pages(m
     }
     row = health.remapped_rows({"rc": 0, "stdout": json.dumps({"gpus": gpus}), "stderr": ""})
     assert not row["passed"] and "GPU 0 (00000000:00:00.0)" in row["message"]
+
+
+SET = {"rc": 0, "stdout": "Health monitor systems set successfully.\n", "stderr": ""}
+
+
+def test_dcgm_health_passes_when_the_watches_say_healthy():
+    row = health.dcgm_health(SET, ran("dcgmi-health-c-j.healthy.json"))
+    assert row["passed"] and row["message"] == ""
+    assert row["figures"]["overall"] == "Healthy" and row["figures"]["incidents"] == []
+
+
+def test_dcgm_health_fails_on_failure_and_names_each_incident():
+    row = health.dcgm_health(SET, ran("dcgmi-health-c-j.faulty.json"))
+    assert not row["passed"]
+    assert row["figures"]["incidents"] == [
+        "GPU 2 Memory: Failure: Detected 2 volatile double-bit ECC error(s) in GPU 2."
+    ]
+    assert row["message"].startswith("DCGM's health watches say Failure: GPU 2 Memory")
+
+
+def test_a_warning_fails_unless_warnings_are_tolerated():
+    warning = json.loads((FIXTURES / "dcgmi-health-c-j.healthy.json").read_text())
+    warning["body"]["Overall Health"]["value"] = "Warning"
+    result = {"rc": 0, "stdout": json.dumps(warning), "stderr": ""}
+    assert not health.dcgm_health(SET, result)["passed"]
+    assert health.dcgm_health(SET, result, fail_on_warning=False)["passed"]
+
+
+def test_dcgm_health_fails_without_watches_or_a_host_engine():
+    not_enabled = {"rc": 0, "stdout": "", "stderr": ""}
+    not_enabled["stdout"] = (FIXTURES / "dcgmi-health-c.not-enabled.txt").read_text()
+    row = health.dcgm_health(SET, not_enabled)
+    assert not row["passed"] and "its output is not JSON" in row["message"]
+    # dcgmi's own text for a host engine it cannot reach was not found: only its status is used.
+    no_engine = {"rc": 255, "stdout": "", "stderr": ""}
+    row = health.dcgm_health(no_engine, ran("dcgmi-health-c-j.healthy.json"))
+    assert not row["passed"]
+    assert "could not set DCGM's health watches (rc 255: no output)" in row["message"]

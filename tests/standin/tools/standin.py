@@ -146,6 +146,11 @@ TOOLS: dict[tuple[str, ...], Tool] = {
         Output(HEALTH / "nvidia-smi-nvlink-s.healthy.txt"),
         ((("nvlink_links",), Output(HEALTH / "nvidia-smi-nvlink-s.faulty.txt")),),
     ),
+    ("dcgmi", "health", "-s", "a"): Tool(Output(HEALTH / "dcgmi-health-s-a.txt")),
+    ("dcgmi", "health", "-c", "-j"): Tool(
+        Output(HEALTH / "dcgmi-health-c-j.healthy.json"),
+        ((("dcgm_health",), Output(HEALTH / "dcgmi-health-c-j.faulty.json")),),
+    ),
     ("dcgmi", "diag", "-r", "3"): Tool(
         Output(HEALTH / "dcgmi-diag.healthy.txt"),
         ((("dcgm_diag",), Output(HEALTH / "dcgmi-diag.faulty.txt")),),
