@@ -27,6 +27,7 @@ STOPPING_ROLES = {
     "cuda_toolkit",
     "cudnn",
     "nccl",
+    "dcgm",
     "nccl_tests",
     "conda",
     "python_env",
@@ -78,6 +79,14 @@ def test_the_report_names_what_would_be_installed(check_run):
     assert f"cuda-toolkit-{cuda.replace('.', '-')}" in messages["cuda_toolkit"]
     assert f"+cuda{cuda}" in messages["nccl"]
     assert COMPAT["distros"]["debian12"]["key"] in messages["nvidia_repo"]
+    # Debian 12 is an OS NVIDIA publishes DCGM for (compat.yml): the packages of the CUDA major its
+    # default driver branch ships with (the newest release whose ships_with the branch reaches).
+    shipped = [c for c, e in COMPAT["cuda"].items() if e["ships_with"] <= int(default["branch"])]
+    major = max(shipped, key=lambda c: tuple(int(n) for n in c.split("."))).split(".")[0]
+    entry = COMPAT["cuda_major"][major]
+    for package in ("datacenter-gpu-manager-4-core", "datacenter-gpu-manager-4-proprietary"):
+        assert f"{package}={entry['dcgm_version']}" in messages["dcgm"]
+    assert f"{entry['dcgm']}={entry['dcgm_version']}" in messages["dcgm"]
 
 
 def test_nothing_changed_on_the_host(check_run):
