@@ -1,0 +1,166 @@
+"""site.yml's preflight, worked out in Python: which roles a run selects, and which given variables
+no role reads. Unit tests: tests/unit/test_preflight_plugin.py.
+
+    site_selected_roles: >-
+      {{ site_role_groups | gpustack_selected_roles(ansible_run_tags, ansible_skip_tags,
+                                                    site_disabled_roles) }}
+    site_undeclared_variables: >-
+      {{ hostvars[inventory_hostname] | list
+         | gpustack_undeclared_variables(site_declared_variables, site_all_roles) }}
+    msg: "{{ site_undeclared_variables | gpustack_undeclared_message(site_declared_variables) }}"
+
+Each role in site.yml carries two tags: its own name and its group (nvidia, containers, python).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+# --tags values that select every role:
+# - 'all': what ansible_run_tags holds when no --tags is given (ansible_skip_tags is then []):
+#   ansible/ansible#69619, documented by ansible/ansible#70939; the special variables page,
+#   https://docs.ansible.com/ansible/latest/reference_appendices/special_variables.html (checked
+#   2026-11-25; seen with ansible-core 2.19.14 here too);
+# - 'tagged': runs every task that has a tag, and every role here has two (Ansible's special tags,
+#   https://docs.ansible.com/ansible/2.9/user_guide/playbooks_tags.html, checked 2026-11-25);
+# - 'preflight': site.yml's own tag, to check the variables of every role.
+EVERYTHING = frozenset({"all", "tagged", "preflight"})
+
+
+def tagged_roles(groups: Mapping[str, str], run_tags: Iterable[str]) -> list[str]:
+    """The roles --tags names, by the role's own tag or its group's, in play order."""
+    tags = set(run_tags)
+    return [role for role, group in groups.items() if role in tags or group in tags]
+
+
+def selected_roles(
+    groups: Mapping[str, str],
+    run_tags: Iterable[str],
+    skip_tags: Iterable[str],
+    disabled: Iterable[str] = (),
+) -> list[str]:
+    """The roles a run with these --tags / --skip-tags reaches, less those off for the host.
+
+    `groups` is role -> group tag, in play order; --tags preflight selects every role (its variables
+    are checked, nothing else runs).
+    """
+    run_tags = set(run_tags)
+    chosen = list(groups) if run_tags & EVERYTHING else tagged_roles(groups, run_tags)
+    skipped = set(skip_tags)
+    off = set(disabled)
+    return [
+        role
+        for role in chosen
+        if role not in skipped and groups[role] not in skipped and role not in off
+    ]
+
+
+def role_prefixes(roles: Iterable[str]) -> list[str]:
+    """The first word of each role's name: what makes a variable name look like a role's."""
+    return sorted({role.split("_")[0] for role in roles})
+
+
+def undeclared_variables(
+    given: Iterable[str], declared: Iterable[str], roles: Iterable[str]
+) -> list[str]:
+    """The given names with a role's prefix (nvidia_, cuda_, ...) that no role declares."""
+    prefixes = set(role_prefixes(roles))
+    known = set(declared)
+    return sorted(
+        name
+        for name in set(given)
+        if "_" in name and name.split("_")[0] in prefixes and name not in known
+    )
+
+
+def did_you_mean(name: str, declared: Iterable[str]) -> list[str]:
+    """The declared names `name` may be a misspelling of.
+
+    A name with the same letters in another order (a typing slip) is the best suggestion; only when
+    there is none, names with the same first and last word (nvidia_..._branch) are offered.
+    """
+    others = [known for known in declared if known != name]
+    anagrams = [known for known in others if sorted(known) == sorted(name)]
+    if anagrams:
+        return sorted(anagrams)
+    words = name.split("_")
+    ends = (words[0], words[-1])
+    return sorted(known for known in others if (known.split("_")[0], known.split("_")[-1]) == ends)
+
+
+def misspelling_hint(names: Iterable[str], declared: Iterable[str]) -> str:
+    """'<name>: did you mean <a> or <b>? ' for each name with a suggestion, in the order given."""
+    declared = list(declared)
+    hints = []
+    for name in names:
+        alike = did_you_mean(name, declared)
+        if alike:
+            hints.append(f"{name}: did you mean {' or '.join(alike)}? ")
+    return "".join(hints)
+
+
+def _is_are(names: list[str]) -> tuple[str, str]:
+    return ("is", "it") if len(names) == 1 else ("are", "them")
+
+
+def undeclared_message(names: Iterable[str], declared: Iterable[str], strict: bool = False) -> str:
+    """The warning (or, with gpustack_strict_vars, the refusal) naming undeclared variables."""
+    names = list(names)
+    verb, pronoun = _is_are(names)
+    hint = misspelling_hint(names, declared)
+    if strict:
+        return (
+            f"{', '.join(names)}: set, but no role declares {pronoun} (gpustack_strict_vars is "
+            f"true). {hint}"
+        )
+    return (
+        f"WARNING: {', '.join(names)} {verb} set but no role declares {pronoun} (a misspelling? "
+        f"nothing reads {pronoun}). {hint}Set gpustack_strict_vars: true to stop on this."
+    )
+
+
+def overridden_variables(given: Iterable[str], shared: Mapping[str, str]) -> list[str]:
+    """The variables playbooks/vars/shared.yml sets that were given too (play variables outrank the
+    inventory, so the given value is not used)."""
+    given = set(given)
+    return sorted(name for name in shared if name in given)
+
+
+def overridden_hint(names: Iterable[str], shared: Mapping[str, str]) -> str:
+    """'<name> takes <expression>' for each, the expression without its braces."""
+    return "; ".join(
+        f"{name} takes {str(shared[name]).replace('{', '').replace('}', '').strip()}"
+        for name in names
+    )
+
+
+def overridden_message(
+    names: Iterable[str], shared: Mapping[str, str], strict: bool = False
+) -> str:
+    """The warning (or, with gpustack_strict_vars, the refusal) naming overridden variables."""
+    names = list(names)
+    verb, _ = _is_are(names)
+    hint = overridden_hint(names, shared)
+    if strict:
+        return (
+            f"{', '.join(names)}: given, but site.yml passes a value of its own "
+            f"(playbooks/vars/shared.yml; gpustack_strict_vars is true): {hint}. Set that variable "
+            "instead."
+        )
+    return (
+        f"WARNING: {', '.join(names)} {verb} given, but site.yml passes a value of its own "
+        f"(playbooks/vars/shared.yml), which wins over the inventory ({hint}). Set that variable "
+        "instead. Set gpustack_strict_vars: true to stop on this."
+    )
+
+
+class FilterModule:
+    def filters(self):
+        return {
+            "gpustack_selected_roles": selected_roles,
+            "gpustack_tagged_roles": tagged_roles,
+            "gpustack_undeclared_variables": undeclared_variables,
+            "gpustack_undeclared_message": undeclared_message,
+            "gpustack_overridden_variables": overridden_variables,
+            "gpustack_overridden_message": overridden_message,
+        }

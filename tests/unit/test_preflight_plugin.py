@@ -1,0 +1,233 @@
+"""filter_plugins/gpustack_preflight.py: which roles site.yml's preflight checks for a run's tags,
+and what it says about variables no role declares or that site.yml passes itself.
+
+The pure functions are checked against site.yml's own role table and playbooks/vars/shared.yml; one
+real ansible-playbook run (connection local, only the preflight, every role's group skipped or off
+but the one asked for) shows site.yml wiring them to Ansible's ansible_run_tags / ansible_skip_tags.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+PLAYBOOK = Path(sys.executable).with_name("ansible-playbook")
+spec = importlib.util.spec_from_file_location(
+    "gpustack_preflight", REPO / "filter_plugins/gpustack_preflight.py"
+)
+preflight = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(preflight)
+
+PLAY = yaml.safe_load((REPO / "site.yml").read_text())[0]
+GROUPS: dict[str, str] = PLAY["vars"]["site_role_groups"]
+SHARED: dict[str, str] = yaml.safe_load((REPO / "playbooks/vars/shared.yml").read_text())
+NVIDIA = [role for role, group in GROUPS.items() if group == "nvidia"]
+PYTHON = [role for role, group in GROUPS.items() if group == "python"]
+DECLARED = ["nvidia_driver_branch", "nvidia_driver_allow_eol_branch", "cuda_toolkit_version"]
+
+
+def selected(run_tags, skip_tags=(), disabled=("container_runtime",)):
+    return preflight.selected_roles(GROUPS, run_tags, skip_tags, disabled)
+
+
+# --- which roles a run selects --------------------------------------------------------------------
+
+
+def test_without_tags_every_role_but_the_ones_off_is_selected():
+    # ansible_run_tags is ["all"] when no --tags is given
+    assert selected(["all"]) == [role for role in GROUPS if role != "container_runtime"]
+    assert selected(["all"], disabled=()) == list(GROUPS)
+    assert selected(["preflight"]) == selected(["tagged"]) == selected(["all"])
+
+
+def test_tags_select_by_role_name_or_group_in_play_order():
+    assert selected(["nvidia"]) == NVIDIA
+    assert selected(["cudnn"]) == ["cudnn"]
+    assert selected(["horovod", "nccl"]) == ["nccl", "horovod"]
+    assert selected(["python", "nccl"]) == ["nccl", *PYTHON]
+    assert selected(["no_such_tag"]) == []
+
+
+def test_skip_tags_drop_roles_by_name_or_group():
+    assert selected(["all"], ["python"]) == NVIDIA
+    assert selected(["nvidia"], ["cudnn"]) == [role for role in NVIDIA if role != "cudnn"]
+    assert selected(["python", "nccl"], ["horovod"]) == ["nccl", "conda", "python_env"]
+    assert selected(["preflight"], ["nvidia", "python"]) == []
+    assert selected(["preflight"], ["nvidia", "python"], disabled=()) == ["container_runtime"]
+
+
+def test_a_role_off_for_the_host_is_not_selected_even_when_tagged():
+    assert selected(["containers"]) == []
+    assert selected(["container_runtime", "conda"]) == ["conda"]
+    assert selected(["containers"], disabled=()) == ["container_runtime"]
+    # ... but the tags did name it: site.yml says so
+    assert preflight.tagged_roles(GROUPS, ["containers", "conda"]) == ["container_runtime", "conda"]
+    assert preflight.tagged_roles(GROUPS, ["all"]) == []
+
+
+# --- variables no role declares -------------------------------------------------------------------
+
+
+def test_prefixes_are_the_first_word_of_each_role():
+    assert preflight.role_prefixes(["nvidia_driver", "nvidia_repo", "cudnn", "package_hold"]) == [
+        "cudnn",
+        "nvidia",
+        "package",
+    ]
+
+
+def test_undeclared_names_carry_a_role_prefix_and_no_role_declares_them():
+    given = [
+        "nvidia_driver_brnach",  # misspelt
+        "nvidia_driver_branch",  # declared
+        "cuda_tolkit_version",  # misspelt
+        "ansible_host",  # not a role's
+        "gpustack_strict_vars",  # not a role's
+        "nvidia",  # the prefix alone, no underscore
+        "nvidiadriver_branch",  # no role's prefix
+    ]
+    undeclared = preflight.undeclared_variables(given, DECLARED, ["nvidia_driver", "cuda_toolkit"])
+    assert undeclared == ["cuda_tolkit_version", "nvidia_driver_brnach"]
+
+
+def test_a_typing_slip_suggests_only_the_name_with_the_same_letters():
+    assert preflight.did_you_mean("nvidia_drvier_branch", DECLARED) == ["nvidia_driver_branch"]
+
+
+def test_without_one_the_same_first_and_last_word_are_offered():
+    assert preflight.did_you_mean("nvidia_drv_branch", DECLARED) == [
+        "nvidia_driver_allow_eol_branch",
+        "nvidia_driver_branch",
+    ]
+
+
+def test_nothing_alike_suggests_nothing():
+    assert preflight.did_you_mean("nccl_version", DECLARED) == []
+
+
+def test_the_warning_names_the_variable_and_what_it_may_mean():
+    assert preflight.undeclared_message(["nvidia_driver_brnach"], DECLARED) == (
+        "WARNING: nvidia_driver_brnach is set but no role declares it (a misspelling? nothing reads"
+        " it). nvidia_driver_brnach: did you mean nvidia_driver_branch? Set gpustack_strict_vars:"
+        " true to stop on this."
+    )
+
+
+def test_the_refusal_names_each_variable_and_skips_those_without_a_suggestion():
+    names = ["nccl_foo", "nvidia_drv_branch"]
+    assert preflight.undeclared_message(names, DECLARED, strict=True) == (
+        "nccl_foo, nvidia_drv_branch: set, but no role declares them (gpustack_strict_vars is"
+        " true). nvidia_drv_branch: did you mean nvidia_driver_allow_eol_branch or"
+        " nvidia_driver_branch? "
+    )
+
+
+# --- variables site.yml passes itself -------------------------------------------------------------
+
+
+def test_given_variables_that_shared_yml_sets_are_named_with_what_they_take():
+    given = ["horovod_env_path", "cudnn_cuda_version", "cuda_toolkit_version", "ansible_host"]
+    overridden = preflight.overridden_variables(given, SHARED)
+    assert overridden == ["cudnn_cuda_version", "horovod_env_path"]
+    assert preflight.overridden_message(overridden, SHARED, strict=True) == (
+        "cudnn_cuda_version, horovod_env_path: given, but site.yml passes a value of its own"
+        " (playbooks/vars/shared.yml; gpustack_strict_vars is true): cudnn_cuda_version takes"
+        " cuda_toolkit_version; horovod_env_path takes python_env_path. Set that variable instead."
+    )
+    assert preflight.overridden_message(["gpu_prereqs_driver_modules_signed"], SHARED) == (
+        "WARNING: gpu_prereqs_driver_modules_signed is given, but site.yml passes a value of its"
+        " own (playbooks/vars/shared.yml), which wins over the inventory"
+        " (gpu_prereqs_driver_modules_signed takes nvidia_driver_source == 'distro' and"
+        " nvidia_driver_distro_signed_modules | bool). Set that variable instead. Set"
+        " gpustack_strict_vars: true to stop on this."
+    )
+
+
+# --- site.yml wired to Ansible's tags -------------------------------------------------------------
+
+ALIASES = {
+    "misspelt": {"nvidia_driver_brnach": "550"},
+    "misspelt-strict": {"nvidia_driver_brnach": "550", "gpustack_strict_vars": True},
+    "overridden": {"cudnn_cuda_version": "12.2"},
+    "containers-on": {"gpustack_container_runtime": True},
+}
+
+
+@pytest.fixture(scope="module")
+def preflight_run(tmp_path_factory):
+    if not PLAYBOOK.exists():
+        pytest.skip("needs ansible-playbook beside this Python")
+    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    inventory = tmp_path_factory.mktemp("preflight") / "hosts.yml"
+    hosts = {name: {**local, **variables} for name, variables in ALIASES.items()}
+    inventory.write_text(yaml.safe_dump({"gpu_nodes": {"hosts": hosts}}))
+    env = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+        "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json",
+        "ANSIBLE_NOCOLOR": "1",
+    }
+    # --tags preflight,containers selects every role; --skip-tags leaves only container_runtime,
+    # which is off but on containers-on. Only the preflight runs (no role is tagged preflight).
+    args = ["--tags", "preflight,containers", "--skip-tags", "nvidia,python"]
+    args += ["-e", "gpustack_contact_checks=false"]
+    proc = subprocess.run(
+        [str(PLAYBOOK), "-i", str(inventory), *args, str(REPO / "site.yml")],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert proc.stdout.startswith("{"), proc.stdout[-2000:] + proc.stderr[-2000:]
+    tasks = json.loads(proc.stdout)["plays"][0]["tasks"]
+    return {task["task"]["name"]: task["hosts"] for task in tasks}
+
+
+def shown(results: dict, host: str) -> str | None:
+    result = results.get(host, {})
+    return None if result.get("skipped") or not result else result.get("msg")
+
+
+def test_site_yml_names_the_misspelling_and_refuses_it_when_strict(preflight_run):
+    warned = preflight_run["Name the variables that look like a role's but that no role declares."]
+    assert shown(warned, "misspelt") == preflight.undeclared_message(
+        ["nvidia_driver_brnach"], ["nvidia_driver_branch"]
+    )
+    assert shown(warned, "misspelt-strict") is None and shown(warned, "overridden") is None
+    refused = preflight_run[
+        "Refuse variables that look like a role's but that no role declares (gpustack_strict_vars)."
+    ]
+    assert refused["misspelt-strict"]["failed"]
+    assert "did you mean nvidia_driver_branch" in refused["misspelt-strict"]["msg"]
+
+
+def test_site_yml_names_a_variable_it_passes_itself(preflight_run):
+    warned = preflight_run["Name the variables site.yml passes that were given too."]
+    assert shown(warned, "overridden").startswith("WARNING: cudnn_cuda_version is given")
+    assert "cudnn_cuda_version takes cuda_toolkit_version" in shown(warned, "overridden")
+    assert shown(warned, "misspelt") is None
+
+
+def test_site_yml_checks_only_the_roles_the_tags_leave(preflight_run):
+    noted = preflight_run["Say that the tags select a role that is off for this host."]
+    assert shown(noted, "misspelt").startswith("NOTE: --tags selects container_runtime")
+    assert shown(noted, "containers-on") is None
+    checked = preflight_run[
+        "Check the variables given for each role against the role's argument spec."
+    ]
+    roles = {
+        host: [item["item"] for item in result.get("results", [])]
+        for host, result in checked.items()
+    }
+    assert roles["containers-on"] == ["container_runtime"]
+    assert roles["misspelt"] == [] and roles["overridden"] == []
