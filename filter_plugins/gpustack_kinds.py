@@ -203,7 +203,9 @@ def mapping_of(check: Callable) -> Callable:
 @cache
 def compat_cupy_packages() -> frozenset[str]:
     """The CuPy wheels compat.yml names, one per CUDA major."""
-    compat = yaml.safe_load((REPO / "compat.yml").read_text())
+    # The role compat's vars: one variable, compat_matrix, holding the table.
+    table = REPO / "roles/compat/vars/main/compat.yml"
+    compat = yaml.safe_load(table.read_text())["compat_matrix"]
     return frozenset(
         entry["cupy"] for entry in compat.get("cuda_major", {}).values() if "cupy" in entry
     )

@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Is compat.yml current? Compare it with NVIDIA's repo indexes, PyTorch's wheel indexes and PyPI.
 
+The table is roles/compat/vars/main/compat.yml (load_compat).
+
 For maintainers, on any machine with network (the roles' own contact checks run on the targets).
 Per OS (compat.yml's `distros`, keyed by NVIDIA's repo directory) it reads
 <nvidia-base>/<distro>/x86_64/Packages.gz (or Packages) and the directory's signing key; per CUDA
@@ -26,7 +28,7 @@ incomplete; --skip-unreachable makes that 0); 2 on bad usage; else 0. Only https
 read unless --allow-http (the test suite's stand-in is plain http); file:// is local and allowed.
 
 Usage: scripts/compat_drift.py [--json] [--distro ubuntu2204 ...] [--skip-unreachable]
-       [--compat compat.yml] [--nvidia-base URL] [--torch-index-base URL] [--pypi URL]
+       [--compat FILE] [--nvidia-base URL] [--torch-index-base URL] [--pypi URL]
 """
 
 from __future__ import annotations
@@ -48,6 +50,10 @@ from pathlib import Path
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
+# The compatibility table: the role compat's vars, one variable holding the whole table (the roles
+# that read it depend on that role; Python reads the same file here).
+COMPAT_FILE = REPO / "roles/compat/vars/main/compat.yml"
+COMPAT_VARIABLE = "compat_matrix"
 # The parsers the preflight's contact check runs on the hosts (Python 3.8, standard library): one
 # copy of the Debian Packages and OpenPGP readers for both.
 _CONTACT = importlib.util.spec_from_file_location(
@@ -55,6 +61,18 @@ _CONTACT = importlib.util.spec_from_file_location(
 )
 contact = importlib.util.module_from_spec(_CONTACT)
 _CONTACT.loader.exec_module(contact)
+
+
+def load_compat(path: Path = COMPAT_FILE) -> dict:
+    """The table from a file laid out as the role's vars ({compat_matrix: {...}})."""
+    return yaml.safe_load(path.read_text())[COMPAT_VARIABLE]
+
+
+def dump_compat(compat: dict) -> str:
+    """A table as load_compat reads it (a variant of the table to check, for --compat)."""
+    return yaml.safe_dump({COMPAT_VARIABLE: compat})
+
+
 # NVIDIA's flat apt repos: <base>/<distro>/x86_64/ (docs.nvidia.com/datacenter/tesla/driver-
 # installation-guide, "Network repository"; the layout nvidia_repo configures).
 NVIDIA_BASE = "https://developer.download.nvidia.com/compute/cuda/repos"
@@ -668,7 +686,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "PyTorch's wheel indexes and PyPI.",
         epilog="Exit: 0 nothing breaking, 1 breaking, 2 bad usage or an unreachable source.",
     )
-    ap.add_argument("--compat", type=Path, default=REPO / "compat.yml", help="compat.yml to check")
+    ap.add_argument(
+        "--compat",
+        type=Path,
+        default=COMPAT_FILE,
+        help=f"the table to check, laid out as {COMPAT_FILE.relative_to(REPO)}",
+    )
     ap.add_argument("--nvidia-base", default=NVIDIA_BASE, help=f"default: {NVIDIA_BASE}")
     ap.add_argument(
         "--torch-index-base", help=f"replaces {TORCH_INDEX_BASE} in compat.yml's torch_index"
@@ -692,7 +715,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
-        compat = yaml.safe_load(args.compat.read_text())
+        compat = load_compat(args.compat)
         distros = args.distro or list(compat["distros"])
     except (OSError, yaml.YAMLError, KeyError, TypeError) as error:
         print(f"compat_drift: cannot read {args.compat}: {error}", file=sys.stderr)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import importlib.util
 import json
 import os
 import subprocess
@@ -23,7 +24,11 @@ import yaml
 from integration_support import REPO, unavailable
 
 SCRIPT = REPO / "scripts/compat_drift.py"
-COMPAT = yaml.safe_load((REPO / "compat.yml").read_text())
+_spec = importlib.util.spec_from_file_location("compat_drift", SCRIPT)
+drift = importlib.util.module_from_spec(_spec)
+sys.modules["compat_drift"] = drift  # dataclasses look their module up
+_spec.loader.exec_module(drift)
+COMPAT = drift.load_compat()
 # The distros the stand-in serves (its manifest's key map; ubuntu2604's key is unverified).
 STANDIN_DISTROS = list(
     yaml.safe_load((REPO / "tests/standin/packages.yml").read_text())["nvidia_keys"]
@@ -91,7 +96,7 @@ def drift(standin, local_sources, tmp_path, compat: dict) -> tuple[int, list[dic
     compat = copy.deepcopy(compat)
     compat["nvidia_repo_keys"] = keys  # the stand-in's throwaway keys, by the same file names
     path = tmp_path / "compat.yml"
-    path.write_text(yaml.safe_dump(compat))
+    path.write_text(drift.dump_compat(compat))
     argv = [sys.executable, str(SCRIPT), "--json", "--compat", str(path), "--allow-http"]
     argv += ["--nvidia-base", f"{url}/repos", "--torch-index-base", f"{local_sources}/whl"]
     argv += ["--pypi", f"{local_sources}/pypi", "--python", "3.11"]

@@ -1,16 +1,23 @@
 """compat.yml, the one compatibility table: internally consistent, mirrored by the support
-matrix in docs/SUPPORT.md and by the stand-in repo's manifest (tests/standin/packages.yml)."""
+matrix in docs/SUPPORT.md and by the stand-in repo's manifest (tests/standin/packages.yml), and
+given to the roles as the vars of the role compat, never read through a path outside a role."""
 
 from __future__ import annotations
 
+import importlib.util
 import re
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-COMPAT = yaml.safe_load((ROOT / "compat.yml").read_text())
+_spec = importlib.util.spec_from_file_location("compat_drift", ROOT / "scripts/compat_drift.py")
+drift = importlib.util.module_from_spec(_spec)
+sys.modules["compat_drift"] = drift  # dataclasses look their module up
+_spec.loader.exec_module(drift)
+COMPAT = drift.load_compat()
 MANIFEST = yaml.safe_load((ROOT / "tests/standin/packages.yml").read_text())
 STANDIN_DISTROS = tuple(MANIFEST["nvidia_keys"])
 DISTROS = list(COMPAT["distros"])
@@ -81,7 +88,7 @@ def test_every_offered_branch_has_a_life_entry(branch):
 def test_default_branch_is_not_past_its_end_of_life():
     # The roles refuse a branch past its end of life unless told otherwise: the defaults must not
     # need that. Compared with the month compat.yml was last checked (its "checked" dates).
-    checked = max(re.findall(r"checked (\d{4}-\d{2})-\d{2}", (ROOT / "compat.yml").read_text()))
+    checked = max(re.findall(r"checked (\d{4}-\d{2})-\d{2}", drift.COMPAT_FILE.read_text()))
     for distro, entry in COMPAT["distros"].items():
         assert COMPAT["branches"][entry["default"]["branch"]]["end_of_life"] >= checked, distro
 
@@ -298,3 +305,76 @@ def test_the_tests_tensorflow_is_the_release_compat_yml_installs():
     the TensorFlow python_env installs on servers, so what CI shows is what a server gets."""
     pins = re.findall(r"^tensorflow-cpu==(\S+)$", (ROOT / "constraints.txt").read_text(), re.M)
     assert pins == [COMPAT["tensorflow"]["version"]]
+
+
+# ---- Where the table lives (issue 23) ------------------------------------------------------------
+ROLES = ROOT / "roles"
+# role_path followed by a way up: "/..", "| dirname", or dirname(role_path) in an expression.
+ROLE_PATH_UP = re.compile(r"role_path\b[^\n]*?(\.\.|\|\s*dirname\b)|dirname\(\s*role_path\b")
+
+
+def role_path_escapes(text: str) -> list[str]:
+    return [line.strip() for line in text.splitlines() if ROLE_PATH_UP.search(line)]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "x: \"{{ lookup('ansible.builtin.file', role_path ~ '/../../compat.yml') | from_yaml }}\"",
+        'python_env_bench_src: "{{ role_path | dirname | dirname }}"',
+        'x: "{{ role_path }}/../files/y"',
+    ],
+)
+def test_role_path_escape_is_recognised(line):
+    assert role_path_escapes(line) == [line]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        'paths: ["{{ role_path }}/vars"]',
+        "paths=[role_path ~ '/vars'], skip=true) }}",
+        '- "{{ role_path }}/files/bench_wheel.py"',
+    ],
+)
+def test_role_path_inside_the_role_is_not_an_escape(line):
+    assert role_path_escapes(line) == []
+
+
+def test_no_role_reads_a_path_outside_itself_through_role_path():
+    found = {
+        str(path.relative_to(ROOT)): hits
+        for path in sorted(ROLES.rglob("*"))
+        if path.is_file() and path.suffix in (".yml", ".yaml", ".j2", ".py")
+        for hits in [role_path_escapes(path.read_text())]
+        if hits
+    }
+    assert found == {}
+
+
+def test_the_table_is_the_role_compat_s_only_variable():
+    # Ansible loads every file in a role's vars/main/ directory as the role's vars; this one holds
+    # the whole table under one name, which load_compat and the roles read.
+    assert drift.COMPAT_FILE.parent == ROLES / "compat/vars/main"
+    assert sorted(p.name for p in drift.COMPAT_FILE.parent.iterdir()) == ["compat.yml"]
+    assert list(yaml.safe_load(drift.COMPAT_FILE.read_text())) == [drift.COMPAT_VARIABLE]
+    assert {"branches", "cuda", "cuda_major", "distros", "nvidia_repo_keys"} <= set(COMPAT)
+
+
+def dependencies(role: str) -> list[str]:
+    meta = yaml.safe_load((ROLES / role / "meta/main.yml").read_text())
+    return [d if isinstance(d, str) else d["role"] for d in meta.get("dependencies") or []]
+
+
+def test_each_role_reading_the_table_depends_on_compat():
+    # Ansible gives a role the vars of its meta/main.yml dependencies: without the dependency,
+    # compat_matrix would be undefined whenever the role runs on its own.
+    readers = {
+        path.relative_to(ROLES).parts[0]
+        for path in ROLES.rglob("*.yml")
+        if re.search(r"\bcompat_matrix\b", path.read_text())
+    } - {"compat"}
+    assert {"nvidia_repo", "nvidia_driver", "python_env"} <= readers
+    assert {
+        role: dependencies(role) for role in readers if "compat" not in dependencies(role)
+    } == {}

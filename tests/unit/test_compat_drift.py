@@ -12,15 +12,14 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests/fixtures/drift"
-COMPAT = yaml.safe_load((ROOT / "compat.yml").read_text())
 _spec = importlib.util.spec_from_file_location("compat_drift", ROOT / "scripts/compat_drift.py")
 drift = importlib.util.module_from_spec(_spec)
 sys.modules["compat_drift"] = drift  # dataclasses look their module up
 _spec.loader.exec_module(drift)
+COMPAT = drift.load_compat()
 
 PACKAGES_2204 = (FIXTURES / "nvidia/ubuntu2204/x86_64/Packages").read_text()
 
@@ -253,13 +252,13 @@ def sources(tmp_path, monkeypatch):
     fpr = COMPAT["nvidia_repo_keys"]["3bf863cc.pub"]
     monkeypatch.setattr(drift, "key_fingerprints", lambda key: [fpr])
     compat = tmp_path / "compat.yml"
-    compat.write_text(yaml.safe_dump(COMPAT))
+    compat.write_text(drift.dump_compat(COMPAT))
     return tmp_path
 
 
 def run(sources: Path, *extra: str, compat: dict | None = None) -> int:
     if compat is not None:
-        (sources / "compat.yml").write_text(yaml.safe_dump(compat))
+        (sources / "compat.yml").write_text(drift.dump_compat(compat))
     argv = [
         "--json",
         "--compat",

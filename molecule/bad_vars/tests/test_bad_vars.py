@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import COMPAT  # molecule/conftest.py: the table as the roles read it
 
 PROJECT = Path(__file__).resolve().parents[3]
-COMPAT = yaml.safe_load((PROJECT / "compat.yml").read_text())
 INSTANCE = "debian12-bad_vars"
 # The Ubuntu 20.04 stand-in (Debian userland, Ubuntu facts), managed through Ubuntu 20.04's Python.
 UBUNTU_INSTANCE = "ubuntu2004-bad_vars"

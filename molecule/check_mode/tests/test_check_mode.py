@@ -13,11 +13,9 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
 
 PROJECT = Path(__file__).resolve().parents[3]
 INSTANCE = "debian12-check_mode"
-COMPAT = yaml.safe_load((PROJECT / "compat.yml").read_text())
 
 # The roles that stop in check mode on a fresh host, at the first step that needs what an earlier
 # role (or their own download) would have put there; each says what it would do.
@@ -70,20 +68,20 @@ def test_check_mode_goes_through_every_role(check_run):
     assert set(would_do(run)) == STOPPING_ROLES
 
 
-def test_the_report_names_what_would_be_installed(check_run):
+def test_the_report_names_what_would_be_installed(check_run, compat):
     run, _, _ = check_run
-    default = COMPAT["distros"]["debian12"]["default"]
+    default = compat["distros"]["debian12"]["default"]
     cuda = default["cuda"]
     messages = would_do(run)
     assert f"driver branch {default['branch']}" in messages["nvidia_driver"]
     assert f"cuda-toolkit-{cuda.replace('.', '-')}" in messages["cuda_toolkit"]
     assert f"+cuda{cuda}" in messages["nccl"]
-    assert COMPAT["distros"]["debian12"]["key"] in messages["nvidia_repo"]
+    assert compat["distros"]["debian12"]["key"] in messages["nvidia_repo"]
     # Debian 12 is an OS NVIDIA publishes DCGM for (compat.yml): the packages of the CUDA major its
     # default driver branch ships with (the newest release whose ships_with the branch reaches).
-    shipped = [c for c, e in COMPAT["cuda"].items() if e["ships_with"] <= int(default["branch"])]
+    shipped = [c for c, e in compat["cuda"].items() if e["ships_with"] <= int(default["branch"])]
     major = max(shipped, key=lambda c: tuple(int(n) for n in c.split("."))).split(".")[0]
-    entry = COMPAT["cuda_major"][major]
+    entry = compat["cuda_major"][major]
     for package in ("datacenter-gpu-manager-4-core", "datacenter-gpu-manager-4-proprietary"):
         assert f"{package}={entry['dcgm_version']}" in messages["dcgm"]
     assert f"{entry['dcgm']}={entry['dcgm_version']}" in messages["dcgm"]

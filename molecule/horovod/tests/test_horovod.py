@@ -14,7 +14,6 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-import yaml
 from packaging.version import Version
 
 VENV = "/opt/venvs/train"
@@ -60,11 +59,11 @@ def test_venv_uses_the_requested_interpreter(host):
     assert py(host, "import sys; print(sys.version_info[:2])") == f"(3, {python_minor(host)})"
 
 
-def test_tensorflow_in_its_own_environment(host):
+def test_tensorflow_in_its_own_environment(host, compat):
     # python_env_install_tensorflow: compat.yml's release, in <env>-tf made from the same
     # interpreter, with the Keras it requires and the bench (the tf launcher's ranks run there);
     # no GPU here, so it lists none.
-    compat = yaml.safe_load((PROJECT / "compat.yml").read_text())["tensorflow"]
+    tensorflow = compat["tensorflow"]
     tf_python = f"{TF_VENV}/bin/python"
     assert host.file(f"{TF_VENV}/pyvenv.cfg").contains("^home = /usr/bin$")
     probe = (
@@ -76,8 +75,8 @@ def test_tensorflow_in_its_own_environment(host):
     report = json.loads(out)  # TensorFlow logs to stderr
     minor, tf_version, keras_version, gpus, total = report
     assert minor == int(python_minor(host))
-    assert tf_version == compat["version"]
-    assert Version(keras_version) >= Version(compat["keras_min"])
+    assert tf_version == tensorflow["version"]
+    assert Version(keras_version) >= Version(tensorflow["keras_min"])
     assert (gpus, total) == (0, 6.0)
     # TensorFlow stays out of torch's environment, and torch out of TensorFlow's.
     installed = host.run_expect([0], f"{PY} -m pip list --format=freeze").stdout
