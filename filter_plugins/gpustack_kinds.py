@@ -289,6 +289,21 @@ KINDS: dict[str, Kind] = {
         lambda v: is_str(v) and bool(FILE_NAME.match(v)),
         ("a/b", "../x", ".hidden", "a b", "", 1, None),
     ),
+    "file_names": Kind(
+        "a list of plain file names (letters, digits, '.', '_', '-'; no '/')",
+        list_of(lambda v: is_str(v) and bool(FILE_NAME.match(v))),
+        ("docker", ["a/b"], [""], [None]),
+    ),
+    "abs_paths": Kind(
+        "a list of absolute paths without '..' or spaces",
+        list_of(is_abs_path),
+        ("/opt", ["opt/x"], ["/opt/../etc"], [""], [None]),
+    ),
+    "text": Kind(
+        "a non-empty single-line text",
+        lambda v: is_str(v) and bool(v.strip()) and "\n" not in v.strip(),
+        ("", " ", "a\nb", 1, None, ["x"]),
+    ),
     "https_url": Kind(
         "an https:// URL without query or fragment",
         is_https_url,

@@ -72,6 +72,9 @@ GOOD = {
     "serial": [1, "3", "25%", "100%"],
     "abs_path": ["/opt/miniforge3", "/etc/apt/keyrings/nvidia-cuda.asc", "/"],
     "file_name": ["nvidia-cuda", "3bf863cc.pub", "train"],
+    "file_names": [[], ["docker", "nvidia-container-toolkit"], ["amd64"], ["172.17.0.1"]],
+    "abs_paths": [[], ["/usr/share/keyrings/docker-archive-keyring.gpg"]],
+    "text": ["/", "bookworm", "(download\\.docker\\.com/linux/)", "NCCL 2.28.3-1 (nccl_version)"],
     "https_url": [
         "https://developer.download.nvidia.com/compute/cuda/repos",
         "https://mirror.example:8443/x/",
