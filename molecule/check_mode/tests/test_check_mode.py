@@ -10,6 +10,7 @@ or package afterwards.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -48,15 +49,22 @@ def check_run(instance, playbook, host_snapshot):
     return run, before, after
 
 
+# roles/check_mode_report says it for each of them: "Check mode: <role> would <what>".
+REPORT = re.compile(r"^Check mode: (?P<role>[a-z_]+) would (?P<what>.+)$", re.S)
+
+
 def would_do(run) -> dict[str, str]:
-    """role -> the message of its "Say what the role would do" task (reported as a change)."""
+    """role -> what its check-mode report (check_mode_report's task, a change) says it would do."""
     found = {}
     for play in json.loads(run.stdout)["plays"]:
         for task in play["tasks"]:
-            role, _, name = task["task"]["name"].partition(" : ")
+            helper, _, name = task["task"]["name"].partition(" : ")
             result = task["hosts"].get(INSTANCE, {})
-            if name.startswith("Say what the role would do") and result.get("changed"):
-                found[role] = result["msg"]
+            if (helper, name) == ("check_mode_report", "Say what the role would do."):
+                assert result.get("changed"), result
+                report = REPORT.match(result["msg"])
+                assert report, result["msg"]
+                found[report["role"]] = report["what"]
     return found
 
 
