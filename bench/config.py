@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
-import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,16 +29,17 @@ from bench.launcher_kinds import (
     LauncherKind,
     launcher_kind,
 )
+from bench.launchers.docker import ImageKnobs
 from bench.loader_support import loader_errors
 from bench.preflight import cluster_problems, conflicts, nccl_tests_problem, out_problem
 from bench.spec import (
-    NO_CONTAINER,
     SYNTHETIC,
     Knob,
     Variant,
     Workload,
     knob,
     knobs,
+    runs_on_host,
 )
 
 IMAGENET_TRAIN_IMAGES = 1_281_167
@@ -88,48 +88,17 @@ def _claim(text: str) -> tuple[tuple[int, float], ...]:
     return tuple(pairs)
 
 
-ULIMITS = (
-    "core",
-    "cpu",
-    "data",
-    "fsize",
-    "locks",
-    "memlock",
-    "msgqueue",
-    "nice",
-    "nofile",
-    "nproc",
-    "rss",
-    "rtprio",
-    "rttime",
-    "sigpending",
-    "stack",
-)
-
-
-def _ulimit(text: str) -> str:
-    """ "memlock=-1", "stack=67108864", "nofile=1024:2048" (docker run --ulimit), or "none"."""
-    name, _, limits = text.partition("=")
-    numbers = limits.split(":")
-    if text == "none" or (
-        name in ULIMITS and len(numbers) <= 2 and all(re.fullmatch(r"-?\d+", n) for n in numbers)
-    ):
-        return text
-    raise argparse.ArgumentTypeError(
-        f"expected NAME=SOFT[:HARD] with NAME one of {', '.join(ULIMITS)}, or none; got {text!r}"
-    )
-
-
 def _launchers_help() -> str:
     named = [f"{k.name} ({k.description})" for k in LAUNCHER_KINDS.values()]
     return f"comma list of {', '.join(named[:-1])} and {named[-1]}"
 
 
 @dataclass(frozen=True)
-class BenchConfig:
+class BenchConfig(ImageKnobs):
     """A complete, validated sweep description (saved in sweep.json; --resume reloads it):
-    how the sweep runs (the knobs below), what every run trains (`workload`) and the values
-    of each swept axis (`axes`: a Variant field -> its values, in order)."""
+    how the sweep runs (the knobs below, and how its images run: `ImageKnobs`), what every run
+    trains (`workload`) and the values of each swept axis (`axes`: a Variant field -> its
+    values, in order)."""
 
     gpu_counts: tuple[int, ...] = knob(
         "--gpus",
@@ -212,21 +181,6 @@ class BenchConfig:
     out_root: str = knob(
         "--out", "results root; each sweep makes a directory in it", default="results"
     )
-    # How --container images run.
-    container_python: str = knob(
-        "--container-python",
-        "the interpreter inside the --container images",
-        default="",
-        words="python3, else python, on the image's PATH",
-    )
-    container_ulimits: tuple[str, ...] = knob(
-        "--container-ulimit",
-        "docker run --ulimit for the --container images, comma list, or "
-        "none (NVIDIA's settings for PyTorch; raising memlock needs CAP_SYS_RESOURCE in dockerd)",
-        parse=_ulimit,
-        many=True,
-        default=("memlock=-1", "stack=67108864"),
-    )
     workload: Workload
     axes: dict[str, tuple[Any, ...]]
     launchers_explicit: bool = False
@@ -262,7 +216,8 @@ class BenchConfig:
         fields["gpu_counts"] = tuple(fields["gpu_counts"])
         fields["launchers"] = tuple(fields["launchers"])
         fields["claim"] = tuple((int(n), float(s)) for n, s in fields["claim"])
-        fields["container_ulimits"] = tuple(fields["container_ulimits"])
+        for name, k in knobs(ImageKnobs):
+            fields[name] = tuple(fields[name]) if k.many else fields[name]
         fields["workload"] = Workload(**fields["workload"])
         fields["axes"] = {name: tuple(values) for name, values in fields["axes"].items()}
         cluster = fields.get("cluster")
@@ -355,11 +310,6 @@ def launcher_problem(kind: LauncherKind, env: Environment, device: str) -> str:
     return ""
 
 
-def runs_on_host(config: BenchConfig) -> bool:
-    """Whether some runs use this environment itself rather than a --container image."""
-    return NO_CONTAINER in config.axes["container"]
-
-
 def config_values(config: BenchConfig) -> dict[str, Any]:
     """Every knob's value in a resolved configuration, by field name."""
     values = {name: getattr(config, name) for name, _ in knobs(BenchConfig)}
@@ -407,7 +357,7 @@ def _feature_problems(config: BenchConfig, env: Environment, models: Sequence[st
         errors.append("--precision tf32 needs an NVIDIA Ampere or newer GPU")
     if "amp-bf16" in precisions and gpu and not env.bf16_supported:
         errors.append(f"--precision amp-bf16: {env.gpu_name} has no bfloat16 support")
-    explicit_here = config.launchers_explicit and runs_on_host(config)
+    explicit_here = config.launchers_explicit and runs_on_host(config.axes)
     for name in config.launchers:
         kind = launcher_kind(name)
         problem = launcher_problem(kind, env, config.device) if explicit_here else ""

@@ -52,9 +52,9 @@ class LauncherKind:
     process_per_gpu: bool  # one rank process per GPU; False: one process drives every GPU
     compile: bool  # --compile applies under it
     fp16_allreduce: bool  # --fp16-allreduce compresses the gradients it exchanges
-    # Runs in --container images on several nodes: horovodrun starts the other nodes' ranks
-    # over ssh, which would need sshd inside the containers.
-    containers_across_nodes: bool
+    # Its launcher starts the other nodes' ranks itself, over ssh (horovodrun), rather than
+    # one process per node being started through the sweep's site.
+    ssh_to_other_nodes: bool
     # Gradients are exchanged once per optimizer step, after the last accumulated micro-batch;
     # False: after every backward pass (DataParallel sums the replicas' gradients onto GPU 0).
     exchange_per_step: bool
@@ -91,7 +91,7 @@ DDP = LauncherKind(
     process_per_gpu=True,
     compile=True,
     fp16_allreduce=True,
-    containers_across_nodes=True,
+    ssh_to_other_nodes=False,
     exchange_per_step=True,
     default=True,
 )
@@ -106,7 +106,7 @@ HOROVOD = LauncherKind(
     process_per_gpu=True,
     compile=True,
     fp16_allreduce=True,
-    containers_across_nodes=False,
+    ssh_to_other_nodes=True,
     exchange_per_step=True,
     default=True,
 )
@@ -122,7 +122,7 @@ DP = LauncherKind(
     process_per_gpu=False,
     compile=False,
     fp16_allreduce=False,
-    containers_across_nodes=False,
+    ssh_to_other_nodes=False,
     exchange_per_step=False,
     default=False,
 )
@@ -141,7 +141,7 @@ TF = LauncherKind(
     process_per_gpu=False,
     compile=True,  # --compile on: XLA (jit_compile) per replica
     fp16_allreduce=False,
-    containers_across_nodes=True,  # each node's process in its image; no ssh between them
+    ssh_to_other_nodes=False,  # a worker on each node, started through the site
     exchange_per_step=True,
     default=False,
     module=TENSORFLOW_RANK,
@@ -161,7 +161,7 @@ PER_GPU = LauncherKind(
     process_per_gpu=True,
     compile=True,
     fp16_allreduce=False,
-    containers_across_nodes=True,  # each node's spawner in its image; nothing between nodes
+    ssh_to_other_nodes=False,  # a spawner on each node, started through the site
     exchange_per_step=False,  # nothing is exchanged
     default=False,
 )

@@ -184,23 +184,22 @@ def run_interconnect(spec: RunSpec, report: wire.RunReport, result: ExecResult) 
     return describe_interconnect(report.backend, hosts, result.output, result.environ or os.environ)
 
 
+def _columns_of_the_spec() -> tuple[str, ...]:
+    """The run row's columns that are an attribute of the same name and meaning on RunSpec."""
+    spec = {f.name for f in dataclasses.fields(RunSpec)}
+    spec |= {n for n, v in vars(RunSpec).items() if isinstance(v, property)}
+    return tuple(f.name for f in dataclasses.fields(RunRow) if f.name in spec - {"variant"})
+
+
+SPEC_COLUMNS = _columns_of_the_spec()
+
+
 def _identity(spec: RunSpec) -> dict[str, Any]:
     """The columns a run's row takes from its spec: identity, placement, shape, every knob."""
     return {
-        "sweep_id": spec.sweep_id,
-        "run_id": spec.run_id,
-        "repeat": spec.repeat,
-        "launcher": spec.launcher,
+        **{name: getattr(spec, name) for name in SPEC_COLUMNS},
         "variant": spec.variant.label,
-        "nodes": spec.nodes,
-        "gpus_per_node": spec.gpus_per_node,
         "gpus": spec.world_size,
-        "hosts": spec.hosts,
-        "scaling": spec.scaling,
-        "batch_per_gpu": spec.batch_per_gpu,
-        "global_batch": spec.global_batch,
-        "threads_per_rank": spec.threads_per_rank,
-        "container_digest": spec.container_digest,
         **knob_values(spec.workload, spec.variant),
     }
 

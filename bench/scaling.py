@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from bench.config import ConfigError, Request
 from bench.launcher_kinds import DEFAULT_LAUNCHERS, launcher_kind
 from bench.options import EXIT_CODES, parse_request
-from bench.spec import NO_CONTAINER
+from bench.spec import runs_on_host
 
 __all__ = ["EXIT_CODES", "main"]
 
@@ -24,8 +24,7 @@ def wants_horovod_check(request: Request) -> bool:
     image's, checked in the image)."""
     launchers = request.values.get("launchers") or DEFAULT_LAUNCHERS
     horovod = request.resume is not None or any(launcher_kind(x).needs_horovod for x in launchers)
-    on_host = NO_CONTAINER in (request.values.get("container") or (NO_CONTAINER,))
-    return horovod and on_host and request.cluster is None
+    return horovod and runs_on_host(request.values) and request.cluster is None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import inspect
 import json
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -116,8 +117,10 @@ def knob(flag: str, help: str, *, optional: bool = False, **options: Any) -> Any
 
 
 def knobs(cls: type) -> Iterator[tuple[str, Knob]]:
-    """(field name, Knob) of every knob field of a dataclass, in declaration order."""
-    for f in dataclasses.fields(cls):
+    """(field name, Knob) of every knob field of a dataclass, in declaration order: its own,
+    then those it inherits (BenchConfig's ImageKnobs, after the sweep's other options)."""
+    own = inspect.get_annotations(cls)
+    for f in sorted(dataclasses.fields(cls), key=lambda f: f.name not in own):
         if "knob" in f.metadata:
             yield f.name, f.metadata["knob"]
 
@@ -132,6 +135,12 @@ def container_value(text: str) -> str:
     if text != NO_CONTAINER and not _IMAGE.fullmatch(text):
         raise ValueError(f"not a Docker image name: {text!r}")
     return text
+
+
+def runs_on_host(axes: Mapping[str, Any]) -> bool:
+    """Whether some runs of these swept values (a request's or a configuration's) use this
+    environment itself rather than a --container image."""
+    return NO_CONTAINER in (axes.get("container") or (NO_CONTAINER,))
 
 
 def container_label(image: str) -> str:
@@ -388,6 +397,11 @@ class RunSpec:
     # The image of variant.container pinned by content (repo@sha256:..., else the local image
     # ID): what `docker run` starts and the row records. "" on the host.
     container_digest: str = ""
+
+    @property
+    def image(self) -> str:
+        """What the launchers hand the sweep's wrapper: the pinned image, "" on the host."""
+        return self.container_digest
 
     @property
     def world_size(self) -> int:

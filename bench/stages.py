@@ -33,13 +33,13 @@ from bench.config import (
     problems,
     refuse,
     request_problems,
-    runs_on_host,
 )
 from bench.hosts import ClusterConfig
-from bench.image_check import CheckedImage, check_containers, launcher_containers, pin_images
 from bench.launcher_kinds import launcher_kind
 from bench.launchers import ExecResult, Launcher, RemoteError
 from bench.launchers.cluster import ClusterLauncher
+from bench.launchers.docker import DockerWrapper
+from bench.launchers.docker.check import check_images
 from bench.launchers.local import LocalLauncher
 from bench.machine_defaults import chosen_defaults, resolve
 from bench.plan import local_placement, plan_probes, plan_sweep, why_not_runnable
@@ -48,7 +48,7 @@ from bench.report import per_gpu
 from bench.results import ResultStore
 from bench.resume import Saved, open_saved
 from bench.schema import ProbeRow, Status
-from bench.spec import HostSlots, ProbeSpec, RunSpec
+from bench.spec import HostSlots, ProbeSpec, RunSpec, runs_on_host
 from bench.sweep_lock import SweepLock, acquire
 from bench.sysinfo import collect_system_info
 
@@ -63,7 +63,8 @@ class Sweep:
     runs: list[RunSpec] = field(default_factory=list)
     probes: list[ProbeSpec] = field(default_factory=list)
     unavailable: dict[str, str] = field(default_factory=dict)  # launcher -> why it cannot run
-    containers: dict[str, CheckedImage] = field(default_factory=dict)  # --container images
+    # What wraps each launch (the checked --container images; none for a host-only sweep).
+    wrapper: DockerWrapper = field(default_factory=DockerWrapper)
     # What runs each launch: this machine, or the nodes (--hosts over ssh, --slurm srun steps).
     launcher: Launcher = field(default_factory=LocalLauncher)
     lock: SweepLock | None = None  # held from the directory's creation (or --resume) to the end
@@ -72,7 +73,7 @@ class Sweep:
 def unavailable_launchers(config: BenchConfig, env: Environment) -> dict[str, str]:
     """Launchers in the sweep that cannot run here (only possible when not asked for by name:
     validation rejects an explicit --launchers horovod that cannot run)."""
-    if not runs_on_host(config):
+    if not runs_on_host(config.axes):
         return {}
     problems = {x: launcher_problem(launcher_kind(x), env, config.device) for x in config.launchers}
     return {x: problem for x, problem in problems.items() if problem}
@@ -81,9 +82,7 @@ def unavailable_launchers(config: BenchConfig, env: Environment) -> dict[str, st
 def unavailable_reason(sweep: Sweep, spec: RunSpec) -> str:
     """Why a run is recorded without launching it ("" when it runs): its launcher cannot run
     where the run runs (the host or its image), or not in this configuration."""
-    image = sweep.containers.get(spec.variant.container)
-    missing = (image.unavailable if image else sweep.unavailable).get(spec.launcher, "")
-    return missing or why_not_runnable(spec)
+    return sweep.wrapper.unavailable(spec, sweep.unavailable) or why_not_runnable(spec)
 
 
 def hosts_for(config: BenchConfig) -> tuple[HostSlots, ...]:
@@ -135,26 +134,22 @@ def node_problems(sweep: Sweep, nodes: ClusterLauncher | None) -> list[str]:
 
 def choose_launcher(sweep: Sweep, nodes: ClusterLauncher | None) -> Launcher:
     """Where the launches run (the nodes were checked by node_problems)."""
-    containers = launcher_containers(sweep.containers, sweep.config)
     if nodes is not None:
-        nodes.containers = containers
+        nodes.wrapper = sweep.wrapper
         return nodes
-    return LocalLauncher(containers=containers)
+    return LocalLauncher(wrapper=sweep.wrapper)
 
 
 def plan_runs_and_probes(sweep: Sweep, env: Environment) -> None:
     """The runs and probes, in order, and the system facts saved with them."""
     config, meta = sweep.config, sweep.meta
     hosts = hosts_for(config)
-    sweep.runs = pin_images(
-        plan_sweep(config, meta["sweep_id"], hosts, env.cores), sweep.containers
-    )
+    sweep.runs = sweep.wrapper.pin(plan_sweep(config, meta["sweep_id"], hosts, env.cores))
     sweep.probes = plan_probes(config, meta["sweep_id"], hosts, env.cores)
     meta["system"] = collect_system_info(env)
     if isinstance(sweep.launcher, ClusterLauncher):
         meta["system"]["nodes"] = [dataclasses.asdict(i) for i in sweep.launcher.infos.values()]
-    if sweep.containers:
-        meta["system"]["containers"] = {r: i.system() for r, i in sweep.containers.items()}
+    sweep.wrapper.record(meta["system"])
     meta["planned_runs"] = [s.run_id for s in sweep.runs]
 
 
@@ -189,7 +184,7 @@ def _prepare(request: Request, env: Environment, saved: Saved | None) -> Sweep:
     errors += node_problems(sweep, nodes)
     if not errors:  # the images are checked only for a sweep that is otherwise possible
         try:
-            sweep.containers = check_containers(sweep.config, env)
+            sweep.wrapper = check_images(sweep.config, env)
         except ConfigError as exc:
             errors.append(str(exc).removeprefix("  - "))
     refuse(errors)
@@ -218,13 +213,8 @@ def announce(sweep: Sweep, resumed: bool, launched: int, probes: int, done: int)
             f"bench: {launcher} unavailable, its runs are recorded as such: {reason}",
             file=sys.stderr,
         )
-    for image in sweep.containers.values():
-        for launcher, reason in image.unavailable.items():
-            print(
-                f"bench: {launcher} unavailable in {image.reference}, its runs are recorded "
-                f"as such: {reason}",
-                file=sys.stderr,
-            )
+    for note in sweep.wrapper.notes():
+        print(f"bench: {note}", file=sys.stderr)
 
 
 class Progress:

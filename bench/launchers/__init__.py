@@ -79,7 +79,7 @@ class Launch:
     placement: Placement
     threads_per_rank: int
     device: str
-    image: str = ""  # --container: the pinned image every rank runs in; "" on the host
+    image: str = ""  # what the sweep's wrapper runs every rank in (--container); "" on the host
     data: str = ""  # a --data directory the ranks read ("" for synthetic data)
     sweep_id: str = ""  # the sweep it belongs to (SWEEP_TAG_VAR)
 
@@ -123,7 +123,7 @@ def launch_of(spec: RunSpec | ProbeSpec) -> Launch:
         spec.placement,
         spec.threads_per_rank,
         spec.workload.device,
-        spec.container_digest,
+        spec.image,
         data,
         spec.sweep_id,
     )

@@ -19,9 +19,14 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 from bench.launcher_kinds import TENSORFLOW_PACKAGE
 from bench.launchers.per_gpu import MODULE as PER_GPU_MODULE
+
+if TYPE_CHECKING:
+    from bench.launchers import Launch
+    from bench.launchers.stop import StopPolicy
 
 # How long the nodes wait for each other to join: torchrun's c10d rendezvous join_timeout and
 # horovodrun's --start-timeout, the same on every backend.
@@ -52,6 +57,16 @@ class Tools:
         return cls(python=python, horovodrun=str(Path(python).with_name("horovodrun")))
 
 
+class Enclosure(Protocol):
+    """What a wrapped command started around its processes, stopped before them."""
+
+    def stop(self, policy: StopPolicy) -> None:
+        """Stop it from this machine."""
+
+    def stop_lines(self, policy: StopPolicy) -> str:
+        """sh lines that stop it on its node, run before the node's stop script."""
+
+
 @dataclass(frozen=True)
 class NodeCommand:
     """A command to run on `host`, with the environment variables it needs on top of the host's."""
@@ -59,7 +74,53 @@ class NodeCommand:
     host: str
     argv: tuple[str, ...]
     env: Mapping[str, str] = field(default_factory=dict)
-    container: str = ""  # the name of the container the command starts (--container), for stopping
+    enclosure: Enclosure | None = None  # what a wrapper started around it, for stopping
+
+
+class Wrap(Protocol):
+    """How one launch's commands run where its wrapper puts them (bench.launchers.docker)."""
+
+    def tools(self, tools: Tools) -> Tools:
+        """The launchers as the wrapped command finds them, instead of `tools`."""
+
+    def command(
+        self,
+        command: NodeCommand,
+        *,
+        bench_root: str,
+        unique: str = "",
+        writable: Sequence[str] = (),
+        environ: Mapping[str, str] = ...,
+    ) -> NodeCommand:
+        """`command` (built with `tools(...)`) wrapped; bench_root: the bench checkout there,
+        writable: host paths the command writes, environ: what its ranks would inherit."""
+
+
+class Wrapper(Protocol):
+    """What wraps a sweep's launches (bench.launchers.docker), asked once per launch."""
+
+    def around(self, launch: Launch, across_nodes: bool = False) -> Wrap:
+        """The launch's wrap; across_nodes: its nodes are reached through a site."""
+
+
+class _Bare:
+    def tools(self, tools: Tools) -> Tools:
+        return tools
+
+    def command(self, command: NodeCommand, **_: object) -> NodeCommand:
+        return command
+
+
+class Unwrapped:
+    """Launches run as built, on the host; a launch that asks for a wrap was never checked."""
+
+    def around(self, launch: Launch, across_nodes: bool = False) -> Wrap:
+        if launch.image:
+            raise ValueError(f"image {launch.image!r} was not checked before the sweep")
+        return BARE
+
+
+BARE = _Bare()
 
 
 def free_port() -> int:

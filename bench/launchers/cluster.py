@@ -41,13 +41,15 @@ from bench.launchers import (
 from bench.launchers.argv import (
     NodeCommand,
     Tools,
+    Unwrapped,
+    Wrap,
+    Wrapper,
     horovodrun_argv,
     per_gpu_argv,
     python_argv,
     rendezvous_endpoint,
     torchrun_argv,
 )
-from bench.launchers.docker import Containers, container_name
 from bench.launchers.multinode import MultiNodeResult, run_on_nodes
 from bench.launchers.on_node import MODULE as NODE_MODULE
 from bench.launchers.sites import (
@@ -147,7 +149,7 @@ class ClusterLauncher:
         self.policy = policy
         self.infos: dict[str, NodeInfo] = {}
         self.gpu = False
-        self.containers = Containers()  # the checked --container images, set before the sweep
+        self.wrapper: Wrapper = Unwrapped()  # what wraps each launch, set before the sweep
         self.forwarded = {k: v for k, v in environ.items() if k.startswith(FORWARDED_PREFIXES)}
 
     # ---- before the sweep
@@ -238,8 +240,7 @@ class ClusterLauncher:
         base = rank_environment(launch.threads_per_rank, launch.device, launch.sweep_id)
         env = self.node_env(placement)
         first = placement[0].host
-        if launch.image and not kind.containers_across_nodes:  # bench.image_check refuses it first
-            raise ValueError(f"{kind.title} across nodes in containers needs sshd in the images")
+        wrap = self.wrapper.around(launch, across_nodes=True)
         if kind.argv is Argv.HOROVODRUN:
             # On one node horovodrun's hosts are all local, and horovod 0.28.1 then looks for
             # the interface holding 127.0.0.1 among --network-interfaces (runner/driver/
@@ -258,21 +259,18 @@ class ClusterLauncher:
             )
             return [NodeCommand(first, tuple(argv), {**base, **env[first]})]
         log_dirs = self.rank_log_dirs(launch, tag)
-        tools = self.containers.tools(launch.image) if launch.image else self.tools
         commands = []
         for index, node in enumerate(placement):
-            argv, own = self.node_argv(launch, index, tools, log_dirs.get(node.host, ""))
+            argv, own = self.node_argv(launch, index, wrap, log_dirs.get(node.host, ""))
             command = NodeCommand(node.host, tuple(argv), {**base, **env[node.host], **own})
-            if launch.image:  # the node's process in the image, its rank logs in the node's scratch
-                command = self.containers.wrap(
-                    command,
-                    launch,
-                    bench_root=self.cluster.remote_workdir,
-                    name=container_name(launch.launch_id, f"{tag}-{index}"),
-                    writable=[log_dirs[node.host]] if node.host in log_dirs else [],
-                    environ=self.forwarded,
-                )
-            commands.append(command)
+            wrapped = wrap.command(  # its rank logs stay in the node's scratch
+                command,
+                bench_root=self.cluster.remote_workdir,
+                unique=f"{tag}-{index}",
+                writable=[log_dirs[node.host]] if node.host in log_dirs else [],
+                environ=self.forwarded,
+            )
+            commands.append(wrapped)
         return commands
 
     def _address(self, host: str) -> str:
@@ -280,18 +278,19 @@ class ClusterLauncher:
         return self.infos[host].address or ""
 
     def node_argv(
-        self, launch: Launch, index: int, tools: Tools, log_dir: str
+        self, launch: Launch, index: int, wrap: Wrap, log_dir: str
     ) -> tuple[list[str], dict[str, str]]:
         """Node `index`'s command line and the variables only it gets: its torchrun agent, the
         per-gpu spawner, or the one process of a launcher without one, with the TF_CONFIG that
         names every node's worker at the address the others reach it on (on one node none:
         MirroredStrategy)."""
         placement = launch.placement
+        tools = wrap.tools(self.tools)
         if launch.kind.argv is Argv.PER_NODE:
             own, host = {}, placement[index].host
-            # the node's TensorFlow environment, as its survey found it (in an image: the image's)
-            found = None if launch.image else self.infos[host].tensorflow_python
-            tools = dataclasses.replace(tools, tensorflow=found or "")
+            # the node's TensorFlow environment, as its survey found it (wrapped: the wrap's)
+            found = self.infos[host].tensorflow_python or ""
+            tools = wrap.tools(dataclasses.replace(self.tools, tensorflow=found))
             if launch.nodes > 1:
                 workers = [self._address(n.host) or n.host for n in placement]
                 own[TF_CONFIG_VAR] = tf_config(workers, self.cluster.rdzv_port, index)

@@ -20,8 +20,11 @@ from bench.launchers import (
     rank_environment,
 )
 from bench.launchers.argv import (
+    Enclosure,
     NodeCommand,
     Tools,
+    Unwrapped,
+    Wrapper,
     free_port,
     horovodrun_argv,
     per_gpu_argv,
@@ -29,8 +32,7 @@ from bench.launchers.argv import (
     rendezvous_endpoint,
     torchrun_argv,
 )
-from bench.launchers.docker import Containers, container_name
-from bench.launchers.stop import STOP, StopPolicy, stop_container, stop_tree
+from bench.launchers.stop import STOP, StopPolicy, stop_tree
 from bench.machine import tensorflow_env
 from bench.paths import REPO_ROOT
 from bench.rank.lifeline import die_with_parent
@@ -81,10 +83,10 @@ def execute(
     timeout_s: float,
     log_path: Path,
     policy: StopPolicy = STOP,
-    container: str = "",
+    enclosure: Enclosure | None = None,
 ) -> ExecResult:
     """Run one prepared command; capture stdout+stderr in `log_path`; stop the tree on timeout
-    (and first the named container the command runs in, if any).
+    (and first what a wrapper started around the command, if any).
 
     On KeyboardInterrupt the tree is stopped too and the interrupt propagates, so the caller can
     record the run as interrupted; one that lands while the child is being started waits until
@@ -95,8 +97,8 @@ def execute(
     """
 
     def stop() -> None:
-        if container:
-            stop_container(container, policy)
+        if enclosure is not None:
+            enclosure.stop(policy)
         stop_tree(proc, policy)
 
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -123,18 +125,18 @@ def execute(
 
 class LocalLauncher:
     """Every rank on this machine: torchrun on a free local port, horovodrun -H localhost:N, or
-    the one process of DataParallel or TensorFlow started directly; inside the launch's image
-    with --container (`containers`: the checked images)."""
+    the one process of DataParallel or TensorFlow started directly; each wrapped as the
+    sweep's wrapper says (bench.launchers.docker)."""
 
     def __init__(
         self,
         tools: Tools | None = None,
         policy: StopPolicy = STOP,
-        containers: Containers | None = None,
+        wrapper: Wrapper | None = None,
     ) -> None:
         self.tools = tools or Tools(tensorflow=tensorflow_env()[0])
         self.policy = policy
-        self.containers = containers or Containers()
+        self.wrapper = wrapper or Unwrapped()
 
     def command(self, launch: Launch, port: int | None = None) -> NodeCommand:
         if launch.nodes != 1 or launch.placement[0].host != LOCAL_HOST:
@@ -143,7 +145,8 @@ class LocalLauncher:
                 f"got {format_hosts(launch.placement)}"
             )
         env = rank_environment(launch.threads_per_rank, launch.device, launch.sweep_id)
-        tools = self.containers.tools(launch.image) if launch.image else self.tools
+        wrap = self.wrapper.around(launch)
+        tools = wrap.tools(self.tools)
         if launch.kind.argv in (Argv.PLAIN, Argv.PER_NODE):  # one node: no TF_CONFIG needed
             python = tools.python_for(launch.kind.framework)
             argv = python_argv(python, module=launch.module, args=launch.args)
@@ -175,14 +178,10 @@ class LocalLauncher:
                 args=launch.args,
                 is_host=True,
             )
-        command = NodeCommand(LOCAL_HOST, tuple(argv), env)
-        if not launch.image:
-            return command
-        name = container_name(launch.launch_id)
-        return self.containers.wrap(command, launch, bench_root=str(REPO_ROOT), name=name)
+        return wrap.command(NodeCommand(LOCAL_HOST, tuple(argv), env), bench_root=str(REPO_ROOT))
 
     def run(self, spec: RunSpec | ProbeSpec, timeout_s: float, log_path: Path) -> ExecResult:
         command = self.command(launch_of(spec))
         return execute(
-            command.argv, command.env, timeout_s, log_path, self.policy, command.container
+            command.argv, command.env, timeout_s, log_path, self.policy, command.enclosure
         )

@@ -21,12 +21,12 @@ def kill_run(
     tag: str,
     site: Site,
     policy: StopPolicy = STOP,
-    containers: Mapping[str, str] | None = None,
+    first_lines: Mapping[str, str] | None = None,
 ) -> dict[str, subprocess.CompletedProcess[str]]:
-    """Stop every process of the launch tagged `tag` on each host, and the launch's container
-    there (`containers`: host -> name, --container), a host that is down reported, not fatal."""
+    """Stop every process of the launch tagged `tag` on each host, after what a wrapper started
+    around it there (`first_lines`: host -> sh), a host that is down reported, not fatal."""
     scripts = {
-        h: stop_script(RUN_TAG_VAR, tag, policy, (containers or {}).get(h, "")) for h in hosts
+        h: stop_script(RUN_TAG_VAR, tag, policy, (first_lines or {}).get(h, "")) for h in hosts
     }
     return on_all(hosts, lambda h: run_on_host(h, scripts[h], site, policy.grace_s + 60))
 
@@ -180,8 +180,8 @@ def run_on_nodes(
             # horovodrun started over ssh can outlive it for a moment. Only this run's tagged
             # processes are touched; after a clean run there is usually nothing to stop.
             every = list(dict.fromkeys([c.host for c in commands] + list(hosts)))
-            containers = {c.host: c.container for c in commands if c.container}
-            for host, result in kill_run(every, tag, site, policy, containers).items():
+            first = {c.host: c.enclosure.stop_lines(policy) for c in commands if c.enclosure}
+            for host, result in kill_run(every, tag, site, policy, first).items():
                 if result.returncode != 0:
                     cleanup[host] = f"cleanup failed: {last_line(result.stderr or result.stdout)}"
                 elif result.stdout.strip():

@@ -7,8 +7,8 @@ a grace period for them to exit, then SIGKILL for whatever is left.
   srun step), finding the launch's processes by the tag in their environment.
 - `node_timeout_argv`: coreutils timeout with the same signals, the node-side backstop should
   the controlling bench (or its ssh connection) go away.
-- `stop_container`: the same steps through docker for a launch's container (--container):
-  stopping the docker CLI alone would leave the container and its ranks running.
+- what a wrapper started around a command (bench.launchers.argv.Enclosure) is stopped by the
+  wrapper first, with the same policy.
 - `stop_tagged`: the same steps for every local process whose environment has a tag, such as
   what an earlier controller of a resumed sweep left running.
 """
@@ -127,27 +127,19 @@ def _alive(pids: Sequence[int]) -> list[int]:
 
 
 def stop_script(
-    tag_var: str, tag: str, policy: StopPolicy = STOP, container: str = "", describe: bool = False
+    tag_var: str, tag: str, policy: StopPolicy = STOP, first_lines: str = "", describe: bool = False
 ) -> str:
     """sh: stop every process on this node whose environment has tag_var=tag.
 
     Only processes in the same network namespace as the script count: on real nodes that is all
     of them; on test hosts sharing one kernel it keeps one host's cleanup off the others.
-    container: the launch's container on this node (its ranks carry the tag as well and share
-    the node's network namespace): signalled first, removed by force when the script ends.
+    first_lines: sh run first (what a wrapper started around the launch, stopped by it).
     describe: first print "stopping PID COMMAND LINE" for each process found.
     """
-    for name in (tag, container):
-        if name and not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
-            raise ValueError(f"unsafe run id or container name {name!r}")
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", tag):
+        raise ValueError(f"unsafe run id {tag!r}")
     first, last = policy.signal_names()
     grace = max(1, math.ceil(policy.grace_s))
-    docker = (
-        f"trap 'docker rm --force {container} >/dev/null 2>&1' EXIT\n"
-        f"docker kill --signal={first} {container} >/dev/null 2>&1\n"
-        if container
-        else ""
-    )
     listing = (
         r"""for p in $pids; do echo "stopping $p $(tr '\0' ' ' 2>/dev/null </proc/$p/cmdline"""
         r""" | cut -c1-160)"; done"""
@@ -156,7 +148,7 @@ def stop_script(
         else ""
     )
     return f"""
-{docker}tag={tag_var}={tag}
+{first_lines}tag={tag_var}={tag}
 ns=$(readlink /proc/$$/ns/net)
 find_run() {{
   for d in /proc/[0-9]*; do
@@ -179,41 +171,8 @@ echo "killed after {grace}s grace: $pids"
 """
 
 
-def _container_running(name: str, docker: str) -> bool:
-    try:
-        done = subprocess.run(
-            [docker, "inspect", "--format", "{{.State.Running}}", name],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return done.returncode == 0 and done.stdout.strip() == "true"
-
-
-def stop_container(name: str, policy: StopPolicy = STOP, docker: str = "docker") -> None:
-    """Stop a launch's container: the first signal (its init hands it to torchrun/horovodrun,
-    which stop their ranks), up to the grace period for it to exit, then the last signal and
-    `docker rm --force`, so no container outlives its launch (docker run --rm removes it only
-    when it exits; killing the docker CLI does not stop it)."""
-    first, last = policy.signal_names()
-    _run([docker, "kill", f"--signal={first}", name])
-    deadline = time.monotonic() + policy.grace_s
-    while time.monotonic() < deadline and _container_running(name, docker):
-        time.sleep(0.2)
-    if _container_running(name, docker):
-        _run([docker, "kill", f"--signal={last}", name])
-    _run([docker, "rm", "--force", name])
-
-
 def node_timeout_argv(timeout_s: float, policy: StopPolicy = STOP) -> list[str]:
     """coreutils timeout: the first signal after timeout_s, the last after the grace period."""
     first, _ = policy.signal_names()
     grace = max(1, round(policy.grace_s))
     return ["timeout", f"--signal={first}", f"--kill-after={grace}s", f"{max(1, int(timeout_s))}s"]
-
-
-def _run(argv: list[str]) -> None:
-    with contextlib.suppress(OSError, subprocess.TimeoutExpired):
-        subprocess.run(argv, capture_output=True, timeout=60, check=False)

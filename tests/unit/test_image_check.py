@@ -15,26 +15,33 @@ from pathlib import Path
 import pytest
 from bench_builders import config_for, cpu_machine, gpu_machine, run_row
 
-from bench import image_check
-from bench.config import BenchConfig, ConfigError, HorovodStatus, runs_on_host, validate
+from bench.config import BenchConfig, ConfigError, HorovodStatus, validate
 from bench.hosts import ClusterConfig
-from bench.image_check import CheckedImage, Machine, check_image, pin_images, pinned_digest
 from bench.launcher_kinds import DDP, HOROVOD
 from bench.launchers import RUN_TAG_VAR, ExecResult, launch_of
 from bench.launchers.argv import Tools
 from bench.launchers.cluster import ClusterLauncher
-from bench.launchers.docker import BENCH_MOUNT, container_name, docker_run_argv
+from bench.launchers.docker import (
+    BENCH_MOUNT,
+    CheckedImage,
+    RunningContainer,
+    container_name,
+    docker_run_argv,
+    stop_container,
+)
+from bench.launchers.docker import check as docker
+from bench.launchers.docker.check import Machine, check_image, pinned_digest, wrapper_for
 from bench.launchers.local import LocalLauncher
-from bench.launchers.stop import StopPolicy, stop_container, stop_script
+from bench.launchers.stop import StopPolicy, stop_script
 from bench.machine import NodeInfo, survey_line
 from bench.options import parse_request
 from bench.plan import local_placement, plan_sweep
 from bench.rank import wire
-from bench.report.containers import container_section
+from bench.report.document import container_section
 from bench.report.summary import summarise
 from bench.rows import run_row as row_of
 from bench.scaling import wants_horovod_check
-from bench.spec import NO_CONTAINER, HostSlots, Variant, container_label
+from bench.spec import NO_CONTAINER, HostSlots, Variant, container_label, runs_on_host
 from bench.stages import Sweep, unavailable_reason
 
 IMAGE = "nvcr.io/nvidia/pytorch:24.10-py3"
@@ -93,8 +100,10 @@ def test_container_values_and_ulimits_are_checked_when_parsed(capsys) -> None:  
 def test_a_container_only_sweep_does_not_ask_the_host_for_horovod() -> None:
     no_horovod = cpu_machine(horovod=HorovodStatus(False, reason="horovodrun not found"))
     inside = config_for(["--container", IMAGE, "--launchers", "horovod"], no_horovod)
-    assert not runs_on_host(inside)
-    validate(inside, no_horovod, MODELS)  # the image is checked instead (bench.image_check)
+    assert not runs_on_host(inside.axes)
+    validate(
+        inside, no_horovod, MODELS
+    )  # the image is checked instead (bench.launchers.docker.check)
     both = config_for(["--container", f"host,{IMAGE}", "--launchers", "horovod"], no_horovod)
     with pytest.raises(ConfigError, match="--launchers horovod: horovodrun not found"):
         validate(both, no_horovod, MODELS)
@@ -173,7 +182,7 @@ def image_spec(args: Sequence[str] = ("--gpus", "2", "--repeats", "1"), env=None
     checked = CheckedImage(
         IMAGE, IMAGE_ID, DIGEST, "/usr/bin/python3", "/usr/local/bin/horovodrun", "/opt/extra"
     )
-    runs = pin_images(plan_sweep(config, "s", local_placement(2), 2), {IMAGE: checked})
+    runs = wrapper_for({IMAGE: checked}, config).pin(plan_sweep(config, "s", local_placement(2), 2))
     return config, checked, runs
 
 
@@ -181,14 +190,14 @@ def test_the_local_launcher_runs_the_launch_in_the_pinned_image(monkeypatch) -> 
     monkeypatch.setenv("NCCL_DEBUG", "WARN")
     monkeypatch.setenv("UNRELATED", "x")
     config, checked, runs = image_spec()
-    wrapped = image_check.launcher_containers({IMAGE: checked}, config)
-    launcher = LocalLauncher(Tools("/venv/bin/python", "/venv/bin/horovodrun"), containers=wrapped)
+    wrapped = wrapper_for({IMAGE: checked}, config)
+    launcher = LocalLauncher(Tools("/venv/bin/python", "/venv/bin/horovodrun"), wrapper=wrapped)
     ddp, hvd = (launcher.command(launch_of(s)) for s in runs)
-    assert ddp.container.startswith("gsb-ddp-n2-fp32-nchw_pytorch_24.10-py3-r0-")
+    assert ddp.enclosure.name.startswith("gsb-ddp-n2-fp32-nchw_pytorch_24.10-py3-r0-")
     for command in (ddp, hvd):
         argv = list(command.argv)
         assert argv[:5] == ["docker", "run", "--rm", "--pull", "never"]
-        assert command.container == argv[argv.index("--name") + 1]
+        assert command.enclosure == RunningContainer(argv[argv.index("--name") + 1])
         assert f"{Path(__file__).resolve().parents[2]}/bench:{BENCH_MOUNT}/bench:ro" in argv
         assert f"PYTHONPATH={BENCH_MOUNT}:/opt/extra" in argv
         passed = [argv[i + 1] for i, w in enumerate(argv) if w == "--env"]
@@ -207,7 +216,7 @@ def test_the_local_launcher_runs_the_launch_in_the_pinned_image(monkeypatch) -> 
             plan_sweep(config_for(["--gpus", "1"], cpu_machine()), "s", local_placement(1), 2)[0]
         )
     )
-    assert host.argv[0] == "/venv/bin/python" and host.container == ""
+    assert host.argv[0] == "/venv/bin/python" and host.enclosure is None
 
 
 def argv_after(argv: Sequence[str], word: str) -> list[str]:
@@ -225,8 +234,11 @@ def test_gpu_sweeps_pass_the_gpus_and_data_is_mounted_read_only(tmp_path: Path) 
     config, checked, runs = image_spec(
         ("--gpus", "2", "--repeats", "1", "--data", str(tmp_path)), gpu_machine()
     )
-    wrapped = image_check.launcher_containers({IMAGE: checked}, config)
-    argv = LocalLauncher(containers=wrapped).command(launch_of(runs[0])).argv
+    argv = (
+        LocalLauncher(wrapper=wrapper_for({IMAGE: checked}, config))
+        .command(launch_of(runs[0]))
+        .argv
+    )
     assert option(argv, "--gpus") == ["--gpus", "all"]
     assert f"{tmp_path}:{tmp_path}:ro" in argv
 
@@ -250,7 +262,7 @@ def ssh_launcher(image: CheckedImage, config) -> ClusterLauncher:  # type: ignor
         h: NodeInfo(h, h, "3.11", address=f"10.0.0.{i}", interface="eth0")
         for i, h in enumerate(("node1", "node2"))
     }
-    nodes.containers = image_check.launcher_containers({IMAGE: image}, config)
+    nodes.wrapper = wrapper_for({IMAGE: image}, config)
     return nodes
 
 
@@ -262,7 +274,7 @@ def test_ssh_runs_torchrun_in_the_image_on_every_node() -> None:
     assert [c.host for c in commands] == ["node1", "node2"]
     for index, command in enumerate(commands):
         argv = list(command.argv)
-        assert command.container == f"gsb-{launch.launch_id.replace('@', '_')}-gsb-abc-{index}"
+        assert command.enclosure.name == f"gsb-{launch.launch_id.replace('@', '_')}-gsb-abc-{index}"
         assert f"/srv/bench/bench:{BENCH_MOUNT}/bench:ro" in argv  # the node's checkout
         log_dir = f"/tmp/gpustack-bench/gsb-abc/{command.host}"
         assert f"{log_dir}:{log_dir}" in argv  # torchrun's rank logs, fetched after the run
@@ -277,13 +289,15 @@ def test_ssh_runs_torchrun_in_the_image_on_every_node() -> None:
 
 
 def test_the_node_stop_script_also_stops_and_removes_the_container() -> None:
-    script = stop_script(RUN_TAG_VAR, "gsb-abc", StopPolicy(grace_s=3), container="gsb-r0-x")
+    policy = StopPolicy(grace_s=3)
+    first = RunningContainer("gsb-r0-x").stop_lines(policy)
+    script = stop_script(RUN_TAG_VAR, "gsb-abc", policy, first)
     assert "trap 'docker rm --force gsb-r0-x >/dev/null 2>&1' EXIT" in script
     assert "docker kill --signal=TERM gsb-r0-x" in script
     assert script.index("docker kill") < script.index("kill -TERM $pids")
     assert "docker" not in stop_script(RUN_TAG_VAR, "gsb-abc")
     with pytest.raises(ValueError):
-        stop_script(RUN_TAG_VAR, "gsb-abc", container="x; rm -rf /")
+        RunningContainer("x; rm -rf /")
 
 
 def test_stop_container_signals_waits_then_removes(tmp_path: Path) -> None:
@@ -451,7 +465,7 @@ def test_horovod_not_asked_for_by_name_is_unavailable_in_the_image_only() -> Non
         ["--container", f"host,{IMAGE}", "--gpus", "1", "--repeats", "1"], cpu_machine()
     )
     sweep = Sweep(config, None, {})  # type: ignore[arg-type]
-    sweep.containers = {IMAGE: image}
+    sweep.wrapper = wrapper_for({IMAGE: image}, config)
     runs = plan_sweep(sweep.config, "s", local_placement(1), 2)
     reasons = {r.run_id: unavailable_reason(sweep, r) for r in runs}
     assert (
@@ -502,24 +516,24 @@ def test_docker_itself_must_answer(monkeypatch) -> None:  # type: ignore[no-unty
     }
     for reply, expected in cases.items():
         fake = FakeDocker([(["info"], reply)])
-        monkeypatch.setattr(image_check, "local_docker", fake)
+        monkeypatch.setattr(docker, "local_docker", fake)
         config = config_for(["--container", f"host,{IMAGE}"], cpu_machine())
         with pytest.raises(ConfigError, match="this machine: " + expected.split(" (")[0]):
-            image_check.check_containers(config, cpu_machine())
+            docker.check_images(config, cpu_machine())
     # a host-only sweep asks Docker nothing
-    monkeypatch.setattr(image_check, "local_docker", FakeDocker([]))
-    assert image_check.check_containers(config_for([], cpu_machine()), cpu_machine()) == {}
+    monkeypatch.setattr(docker, "local_docker", FakeDocker([]))
+    assert docker.check_images(config_for([], cpu_machine()), cpu_machine()).checked == {}
 
 
 def test_slurm_and_clashing_short_names_are_refused() -> None:
     config = config_for(["--container", "a/bench:1,b/bench:1"], cpu_machine())
     with pytest.raises(ConfigError, match="share the short name 'bench_1'"):
-        image_check.check_containers(config, cpu_machine())
+        docker.check_images(config, cpu_machine())
     slurm = parse_request(["--slurm", "--nodes", "1", "--container", IMAGE])
     from bench.machine_defaults import resolve
 
     with pytest.raises(ConfigError, match="pyxis/enroot"):
-        image_check.check_containers(resolve(slurm, cpu_machine()), cpu_machine())
+        docker.check_images(resolve(slurm, cpu_machine()), cpu_machine())
 
 
 def test_horovod_across_nodes_in_containers_is_unavailable() -> None:
@@ -527,9 +541,9 @@ def test_horovod_across_nodes_in_containers_is_unavailable() -> None:
     from bench.machine_defaults import resolve
 
     config = resolve(request, cpu_machine())
-    problem = image_check.launcher_in_image(HOROVOD, {}, config, cpu_machine())
+    problem = docker.launcher_in_image(HOROVOD, {}, config, cpu_machine())
     assert "needs sshd inside the containers" in problem
-    assert image_check.launcher_in_image(DDP, {}, config, cpu_machine()) == ""
+    assert docker.launcher_in_image(DDP, {}, config, cpu_machine()) == ""
 
 
 def test_the_registry_digest_of_the_named_repository_is_preferred() -> None:

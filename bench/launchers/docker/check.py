@@ -1,15 +1,14 @@
-"""--container: every image of a sweep checked before anything launches, and what it offers.
+"""The check of every --container image before a sweep: the sweep's wrapper comes out of it.
 
-For each image, on every machine that runs it (this one, or each --hosts node): the docker CLI is
-there and its daemon answers; the image is present locally (a sweep never pulls: a pull would
-need credentials, take minutes and could change the image between repeats); all nodes hold the
-same image. Then the node survey (bench.machine) runs inside the image, started exactly as the
-launches start it (bench.launchers.docker: GPUs, ulimits, mounts), and must find torch, see the
-GPUs on a GPU sweep, and Horovod where that launcher runs in the image. Every problem is listed
-at once (ConfigError: exit status 2).
-
-What it finds: each image's digest (recorded per row), its interpreter and horovodrun (the
-launchers use them), and its torch/CUDA/NCCL/Horovod versions (sweep.json's system record).
+The check, for each image, on every machine that runs it (this one, or each --hosts
+node, through the sweep's site): the docker CLI is there and its daemon answers; the image is
+present locally (a sweep never pulls: a pull would need credentials, take minutes and could
+change the image between repeats); all nodes hold the same image. Then the node survey
+(bench.machine) runs inside the image, started exactly as the launches start it, and must find
+torch, see the GPUs on a GPU sweep, and Horovod where that launcher runs in the image. Every
+problem is listed at once (ConfigError: exit status 2). What it finds: each image's digest
+(pinned on each run and recorded per row), its interpreter and horovodrun (the launches use
+them), and its torch/CUDA/NCCL/Horovod versions (sweep.json's system record).
 """
 
 from __future__ import annotations
@@ -19,20 +18,21 @@ import json
 import shlex
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from bench.config import BenchConfig, ConfigError, Environment, HorovodStatus
 from bench.config import horovod_problem as _horovod_problem
 from bench.hosts import host_names
 from bench.launcher_kinds import LauncherKind, launcher_kind
-from bench.launchers.docker import Containers, Image, container_name
+from bench.launchers.docker import CheckedImage, DockerWrapper, container_name
 from bench.launchers.sites import Site, last_line, on_all, run_on_host, site_for
 from bench.machine import survey_records
 from bench.paths import REPO_ROOT
-from bench.spec import NO_CONTAINER, RunSpec, container_label
+from bench.spec import NO_CONTAINER, container_label
 
 DockerRun = Callable[[Sequence[str], float], "subprocess.CompletedProcess[str]"]
+
 NOT_RUNNABLE = 127  # docker run: the command was not found in the image
 DOCKER_FAILED = 125  # docker run: the daemon could not create or start the container
 SURVEY_TIMEOUT_S = 300  # a large image's first torch import on a cold disk takes a while
@@ -81,34 +81,6 @@ def local_docker(argv: Sequence[str], timeout_s: float) -> subprocess.CompletedP
 
 def node_docker(host: str, site: Site) -> DockerRun:
     return lambda argv, timeout_s: run_on_host(host, shlex.join(argv), site, timeout_s)
-
-
-@dataclass(frozen=True)
-class CheckedImage:
-    """One --container image as the sweep found it."""
-
-    reference: str  # as given to --container
-    image_id: str  # the local image ID (sha256:...), the same on every node
-    digest: str  # repo@sha256:... when pulled from a registry, else image_id: what runs
-    python: str  # the interpreter inside the image
-    horovodrun: str = ""
-    pythonpath: str = ""  # the image's own PYTHONPATH
-    facts: Mapping[str, Any] = field(default_factory=dict)  # the survey inside the image
-    unavailable: Mapping[str, str] = field(default_factory=dict)  # launcher -> why not here
-
-    def for_launchers(self) -> Image:
-        return Image(self.digest, self.python, self.horovodrun, self.pythonpath)
-
-    def system(self) -> dict[str, Any]:
-        """The image's entry in sweep.json's system record."""
-        keep = ("python", "torch", "torch_cuda", "nccl", "horovod", "gpus", "gpu_name")
-        return {
-            "image_id": self.image_id,
-            "digest": self.digest,
-            "executable": self.python,
-            **{k: self.facts.get(k) for k in keep},
-            "unavailable": dict(self.unavailable),
-        }
 
 
 def pinned_digest(reference: str, inspected: Mapping[str, Any]) -> str:
@@ -201,15 +173,13 @@ def survey_image(
     pythonpath = image_env(inspected, "PYTHONPATH")
     where = f"{machine.name}: image {reference}"
     for python in pythons:
-        image = Image(image_id, python, "", pythonpath)
-        containers = Containers({image_id: image}, ulimits(config), config.device == "cuda")
+        image = CheckedImage(reference, image_id, image_id, python, "", pythonpath)
         name = container_name(f"survey-{container_label(reference)}")
-        argv = containers.argv(
-            image_id,
+        argv = wrapper_for({}, config).argv(
+            image,
             [python, "-c", IMAGE_SURVEY, *(["horovod"] if horovod else [])],
             name=name,
             bench_root=machine.bench_root,
-            data="",
         )
         done = machine.docker(argv, SURVEY_TIMEOUT_S)
         text = last_line(done.stderr or done.stdout)
@@ -253,7 +223,7 @@ def launcher_in_image(
 ) -> str:
     """Why a launcher cannot run in the image, or "" if it can."""
     # (a launcher that cannot span nodes is refused with --hosts before: bench.config)
-    if config.cluster is not None and kind.multi_node and not kind.containers_across_nodes:
+    if config.cluster is not None and kind.multi_node and kind.ssh_to_other_nodes:
         return (
             f"{kind.title} across nodes in containers needs sshd inside the containers "
             f"({kind.argv.value} starts the other nodes' ranks over ssh), which this bench does "
@@ -347,12 +317,13 @@ def check_image(
     )
 
 
-def check_containers(config: BenchConfig, env: Environment) -> dict[str, CheckedImage]:
-    """Every --container image checked (see the module docstring), by the name given; raises
-    ConfigError listing every problem. A host-only sweep asks Docker nothing."""
+def check_images(config: BenchConfig, env: Environment) -> DockerWrapper:
+    """Every --container image checked (see the module docstring), by the name given, as the
+    sweep's wrapper; raises ConfigError listing every problem. A host-only sweep asks Docker
+    nothing."""
     references = images_of(config)
     if not references:
-        return {}
+        return wrapper_for({}, config)
     errors = _refusals(config, references)
     if errors:
         raise ConfigError("\n".join(f"  - {e}" for e in errors))
@@ -365,27 +336,10 @@ def check_containers(config: BenchConfig, env: Environment) -> dict[str, Checked
     checked = {r: check_image(r, config, env, machines, infos, errors) for r in references}
     if errors:
         raise ConfigError("\n".join(f"  - {e}" for e in errors))
-    return {r: image for r, image in checked.items() if image is not None}
+    return wrapper_for({r: i for r, i in checked.items() if i is not None}, config)
 
 
-def launcher_containers(images: Mapping[str, CheckedImage], config: BenchConfig) -> Containers:
-    """The checked images as the launchers run them."""
-    return Containers(
-        {i.digest: i.for_launchers() for i in images.values()},
-        ulimits(config),
-        config.device == "cuda",
-    )
-
-
-def ulimits(config: BenchConfig) -> tuple[str, ...]:
-    return tuple(u for u in config.container_ulimits if u != "none")
-
-
-def pin_images(runs: Sequence[RunSpec], images: Mapping[str, CheckedImage]) -> list[RunSpec]:
-    """Each run in an image gets that image's digest: what it starts and its row records."""
-    return [
-        dataclasses.replace(s, container_digest=images[s.variant.container].digest)
-        if s.variant.container in images
-        else s
-        for s in runs
-    ]
+def wrapper_for(images: Mapping[str, CheckedImage], config: BenchConfig) -> DockerWrapper:
+    """The checked images as the launches run them."""
+    ulimits = tuple(u for u in config.container_ulimits if u != "none")
+    return DockerWrapper(dict(images), ulimits, config.device == "cuda")
