@@ -103,7 +103,15 @@ class Wrapper(Protocol):
         """The launch's wrap; across_nodes: its nodes are reached through a site."""
 
 
-class _Bare:
+class Unwrapped:
+    """Launches run as built, on the host (the wrapper of a host-only sweep and its one wrap); a
+    launch that asks for an image was never checked."""
+
+    def around(self, launch: Launch, across_nodes: bool = False) -> Unwrapped:
+        if launch.image:
+            raise ValueError(f"image {launch.image!r} was not checked before the sweep")
+        return self
+
     def tools(self, tools: Tools) -> Tools:
         return tools
 
@@ -111,16 +119,7 @@ class _Bare:
         return command
 
 
-class Unwrapped:
-    """Launches run as built, on the host; a launch that asks for a wrap was never checked."""
-
-    def around(self, launch: Launch, across_nodes: bool = False) -> Wrap:
-        if launch.image:
-            raise ValueError(f"image {launch.image!r} was not checked before the sweep")
-        return BARE
-
-
-BARE = _Bare()
+BARE = Unwrapped()
 
 
 def free_port() -> int:

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import Any, NoReturn, Protocol
+from typing import Any, NoReturn
 
 import torch
 import torch.distributed as dist
@@ -38,8 +38,12 @@ class DistInfo:
     slot: int | None = None
 
 
-class Engine(Protocol):
-    def init(self, device_type: str) -> DistInfo: ...
+class Engine:
+    """What the shared loop asks of a launcher's collectives. The defaults are a lone process's
+    (IndependentEngine): no process group, nothing to reduce or hold back."""
+
+    def init(self, device_type: str) -> DistInfo:
+        raise NotImplementedError
 
     def wrap(
         self,
@@ -47,21 +51,30 @@ class Engine(Protocol):
         optimizer: torch.optim.Optimizer,
         load: Workload,
         grad_accum: int = 1,
-    ) -> tuple[torch.nn.Module, torch.optim.Optimizer]: ...
+    ) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+        return model, optimizer
 
     def no_sync(self, model: torch.nn.Module) -> AbstractContextManager[Any]:
         """Around the backward passes of a step but its last: accumulate, do not allreduce."""
+        return nullcontext()
 
     def compile(self, model: torch.nn.Module) -> torch.nn.Module:
         """torch.compile the wrapped model in the arrangement that is fastest for this engine."""
+        return torch.compile(model)
 
     def step(self, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler | None) -> None:
         """Apply the (reduced) gradients; with a GradScaler for fp16 AMP."""
+        if scaler is None:
+            optimizer.step()
+        else:
+            scaler.step(optimizer)
 
-    def barrier(self) -> None: ...
+    def barrier(self) -> None:
+        pass  # a world of one
 
     def gather(self, obj: Any) -> list[Any]:
         """Every rank's `obj`, in rank order (on every rank)."""
+        return [obj]
 
     def shutdown(self) -> None:
         """Release the collectives (a rank process then ends with exit_rank)."""
@@ -91,8 +104,9 @@ def _device(device_type: str, local_rank: int) -> torch.device:
     return torch.device("cpu")
 
 
-class DdpEngine:
-    """torch.distributed + DistributedDataParallel, started by torchrun."""
+class DdpEngine(Engine):
+    """torch.distributed + DistributedDataParallel, started by torchrun. Its step is a plain
+    local step: DDP reduced the gradients during backward."""
 
     def init(self, device_type: str) -> DistInfo:
         local_rank = int(os.environ["LOCAL_RANK"])
@@ -155,13 +169,6 @@ class DdpEngine:
         torch._dynamo.config.optimize_ddp = self._split_graph
         return torch.compile(model)
 
-    def step(self, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler | None) -> None:
-        # DDP reduced the gradients during backward; the step is a plain local step.
-        if scaler is None:
-            optimizer.step()
-        else:
-            scaler.step(optimizer)
-
     def barrier(self) -> None:
         dist.barrier()
 
@@ -174,8 +181,11 @@ class DdpEngine:
         dist.destroy_process_group()
 
 
-class HorovodEngine:
-    """horovod.torch's DistributedOptimizer, started by horovodrun."""
+class HorovodEngine(Engine):
+    """horovod.torch's DistributedOptimizer, started by horovodrun. It compiles as a lone
+    process does: Horovod wraps the optimizer, not the model, and its gradient hooks sit on the
+    parameters' AccumulateGrad nodes, which still run (after the compiled backward) under
+    torch.compile."""
 
     def init(self, device_type: str) -> DistInfo:
         import horovod.torch as hvd
@@ -215,11 +225,6 @@ class HorovodEngine:
     def no_sync(self, model: torch.nn.Module) -> AbstractContextManager[Any]:
         return nullcontext()  # backward_passes_per_step already holds the allreduce back
 
-    def compile(self, model: torch.nn.Module) -> torch.nn.Module:
-        # Horovod wraps the optimizer, not the model: its gradient hooks sit on the parameters'
-        # AccumulateGrad nodes, which still run (after the compiled backward) under compile.
-        return torch.compile(model)
-
     def step(self, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler | None) -> None:
         if scaler is None:
             optimizer.step()  # waits for the allreduces started during backward
@@ -241,7 +246,7 @@ class HorovodEngine:
         self._hvd.shutdown()
 
 
-class IndependentEngine:
+class IndependentEngine(Engine):
     """One process alone on its GPU (the per-gpu check, bench.launchers.per_gpu): the plain
     model and optimizer, no process group; the shared loop trains it as any one-GPU run."""
 
@@ -251,36 +256,6 @@ class IndependentEngine:
         slot = int(os.environ.get(wire.SLOT_VAR, str(local_rank)))
         self._info = DistInfo(0, 1, local_rank, device, "none", slot=slot)
         return self._info
-
-    def wrap(
-        self,
-        model: torch.nn.Module,
-        optimizer: torch.optim.Optimizer,
-        load: Workload,
-        grad_accum: int = 1,
-    ) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
-        return model, optimizer
-
-    def no_sync(self, model: torch.nn.Module) -> AbstractContextManager[Any]:
-        return nullcontext()  # nothing to hold back
-
-    def compile(self, model: torch.nn.Module) -> torch.nn.Module:
-        return torch.compile(model)
-
-    def step(self, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler | None) -> None:
-        if scaler is None:
-            optimizer.step()
-        else:
-            scaler.step(optimizer)
-
-    def barrier(self) -> None:
-        pass  # a world of one
-
-    def gather(self, obj: Any) -> list[Any]:
-        return [obj]
-
-    def shutdown(self) -> None:
-        pass
 
 
 class DataParallelEngine(IndependentEngine):

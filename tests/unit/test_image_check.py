@@ -24,9 +24,9 @@ from bench.launchers.cluster import ClusterLauncher
 from bench.launchers.docker import (
     BENCH_MOUNT,
     CheckedImage,
+    DockerWrapper,
     RunningContainer,
     container_name,
-    docker_run_argv,
     stop_container,
 )
 from bench.launchers.docker import check as docker
@@ -119,54 +119,31 @@ def test_the_host_horovod_is_imported_only_for_runs_on_the_host() -> None:
 
 
 def test_docker_run_argv() -> None:
-    argv = docker_run_argv(
-        "img@sha256:1",
+    image = CheckedImage("img:1", "sha256:1", "img@sha256:1", "python3", pythonpath="/opt/x")
+    wrapper = DockerWrapper({"img:1": image}, ulimits=("memlock=-1", "stack=67108864"), gpus=True)
+    argv = wrapper.argv(
+        image,
         ["python3", "-m", "torch.distributed.run"],
         name="gsb-x-1",
+        bench_root="/src",
         passed=["OMP_NUM_THREADS"],
-        values={"PYTHONPATH": "/b"},
-        gpus=True,
-        ulimits=["memlock=-1", "stack=67108864"],
-        read_only={"/src/bench": "/b/bench"},
+        data="/data",
         writable=["/tmp/logs"],
         label="x",
     )
     assert argv == [
-        "docker",
-        "run",
-        "--rm",
-        "--pull",
-        "never",
-        "--init",
-        "--name",
-        "gsb-x-1",
-        "--network",
-        "host",
-        "--ipc",
-        "host",
-        "--label",
-        "org.gpustack.bench.launch=x",
-        "--ulimit",
-        "memlock=-1",
-        "--ulimit",
-        "stack=67108864",
-        "--gpus",
-        "all",
-        "--volume",
-        "/src/bench:/b/bench:ro",
-        "--volume",
-        "/tmp/logs:/tmp/logs",
-        "--env",
-        "OMP_NUM_THREADS",
-        "--env",
-        "PYTHONPATH=/b",
-        "img@sha256:1",
-        "python3",
-        "-m",
-        "torch.distributed.run",
+        *("docker", "run", "--rm", "--pull", "never", "--init", "--name", "gsb-x-1"),
+        *("--network", "host", "--ipc", "host", "--label", "org.gpustack.bench.launch=x"),
+        *("--ulimit", "memlock=-1", "--ulimit", "stack=67108864", "--gpus", "all"),
+        *("--volume", f"/src/bench:{BENCH_MOUNT}/bench:ro", "--volume", "/data:/data:ro"),
+        *("--volume", "/tmp/logs:/tmp/logs"),
+        *("--env", "CUDA_VISIBLE_DEVICES", "--env", RUN_TAG_VAR, "--env", "OMP_NUM_THREADS"),
+        *("--env", f"PYTHONPATH={BENCH_MOUNT}:/opt/x"),
+        *("img@sha256:1", "python3", "-m", "torch.distributed.run"),
     ]
-    plain = docker_run_argv("i", ["true"], name="n")
-    assert "--gpus" not in plain and "--ulimit" not in plain and "--volume" not in plain
+    plain = DockerWrapper().argv(image, ["true"], name="n", bench_root="/src")
+    assert "--gpus" not in plain and "--ulimit" not in plain and "--label" not in plain
+    assert plain.count("--volume") == 1  # the bench only
 
 
 def test_container_names_come_from_the_launch_id() -> None:
@@ -516,12 +493,12 @@ def test_docker_itself_must_answer(monkeypatch) -> None:  # type: ignore[no-unty
     }
     for reply, expected in cases.items():
         fake = FakeDocker([(["info"], reply)])
-        monkeypatch.setattr(docker, "local_docker", fake)
+        monkeypatch.setattr(docker, "node_docker", lambda host, site, fake=fake: fake)
         config = config_for(["--container", f"host,{IMAGE}"], cpu_machine())
         with pytest.raises(ConfigError, match="this machine: " + expected.split(" (")[0]):
             docker.check_images(config, cpu_machine())
     # a host-only sweep asks Docker nothing
-    monkeypatch.setattr(docker, "local_docker", FakeDocker([]))
+    monkeypatch.setattr(docker, "node_docker", lambda host, site: FakeDocker([]))
     assert docker.check_images(config_for([], cpu_machine()), cpu_machine()).checked == {}
 
 

@@ -105,56 +105,6 @@ def container_name(launch_id: str, unique: str = "") -> str:
     return f"gsb-{safe}-{unique or uuid.uuid4().hex[:8]}"
 
 
-def docker_run_argv(
-    image: str,
-    argv: Sequence[str],
-    *,
-    name: str,
-    passed: Sequence[str] = (),
-    values: Mapping[str, str] | None = None,
-    gpus: bool = False,
-    ulimits: Sequence[str] = (),
-    read_only: Mapping[str, str] | None = None,
-    writable: Sequence[str] = (),
-    label: str = "",
-    docker: str = "docker",
-) -> list[str]:
-    """`docker run` of `argv` in `image` (see the module docstring).
-
-    passed: variables passed by name from the docker CLI's environment; values: set to a value.
-    read_only: host path -> path in the container; writable: host paths mounted at their own.
-    """
-    words = [
-        docker,
-        "run",
-        "--rm",
-        "--pull",
-        "never",
-        "--init",
-        "--name",
-        name,
-        "--network",
-        "host",
-        "--ipc",
-        "host",
-    ]
-    if label:
-        words += ["--label", f"{LABEL}={label}"]
-    for limit in ulimits:
-        words += ["--ulimit", limit]
-    if gpus:
-        words += ["--gpus", "all"]
-    for source, target in (read_only or {}).items():
-        words += ["--volume", f"{source}:{target}:ro"]
-    for path in writable:
-        words += ["--volume", f"{path}:{path}"]
-    for key in passed:
-        words += ["--env", key]
-    for key, value in (values or {}).items():
-        words += ["--env", f"{key}={value}"]
-    return [*words, image, *argv]
-
-
 # ---------------------------------------------------------------- stopping a launch's container
 
 
@@ -271,25 +221,25 @@ class DockerWrapper:
         writable: Sequence[str] = (),
         label: str = "",
     ) -> list[str]:
-        """docker run of `argv` in the image with the bench at `bench_root` (its checkout on
-        the node) mounted in and first on PYTHONPATH."""
+        """`docker run` of `argv` in the image (see the module docstring), the bench at
+        `bench_root` (its checkout on the node) mounted in and first on PYTHONPATH; passed:
+        variables passed by name from the docker CLI's environment; writable: host paths
+        mounted at their own."""
+        words = [self.docker, "run", "--rm", "--pull", "never", "--init", "--name", name]
+        words += ["--network", "host", "--ipc", "host"]
+        words += ["--label", f"{LABEL}={label}"] if label else []
+        for limit in self.ulimits:
+            words += ["--ulimit", limit]
+        words += ["--gpus", "all"] if self.gpus else []
         mounts = {os.path.join(bench_root, "bench"): f"{BENCH_MOUNT}/bench"}
-        if data:
-            mounts[data] = data
+        for source, target in {**mounts, **({data: data} if data else {})}.items():
+            words += ["--volume", f"{source}:{target}:ro"]
+        for path in writable:
+            words += ["--volume", f"{path}:{path}"]
+        for key in sorted(set(passed) | set(PASSED_NAMES)):
+            words += ["--env", key]
         path = bench_pythonpath(BENCH_MOUNT, image.pythonpath)  # the image's own kept after it
-        return docker_run_argv(
-            image.digest,
-            argv,
-            name=name,
-            passed=sorted(set(passed) | set(PASSED_NAMES)),
-            values={"PYTHONPATH": path},
-            gpus=self.gpus,
-            ulimits=self.ulimits,
-            read_only=mounts,
-            writable=writable,
-            label=label,
-            docker=self.docker,
-        )
+        return [*words, "--env", f"PYTHONPATH={path}", image.digest, *argv]
 
     def around(self, launch: Launch, across_nodes: bool = False) -> Wrap:
         """The launch's wrap: as built on the host, or in its pinned image."""

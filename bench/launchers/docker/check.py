@@ -26,10 +26,10 @@ from bench.config import horovod_problem as _horovod_problem
 from bench.hosts import host_names
 from bench.launcher_kinds import LauncherKind, launcher_kind
 from bench.launchers.docker import CheckedImage, DockerWrapper, container_name
-from bench.launchers.sites import Site, last_line, on_all, run_on_host, site_for
+from bench.launchers.sites import LocalSite, Site, last_line, on_all, run_on_host, site_for
 from bench.machine import survey_records
 from bench.paths import REPO_ROOT
-from bench.spec import NO_CONTAINER, container_label
+from bench.spec import LOCAL_HOST, NO_CONTAINER, container_label
 
 DockerRun = Callable[[Sequence[str], float], "subprocess.CompletedProcess[str]"]
 
@@ -67,19 +67,8 @@ class Machine:
     bench_root: str  # the bench checkout there, mounted into the containers
 
 
-def local_docker(argv: Sequence[str], timeout_s: float) -> subprocess.CompletedProcess[str]:
-    """Run a docker command here; a missing CLI is exit status 127, a timeout 124."""
-    try:
-        return subprocess.run(
-            list(argv), capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL
-        )
-    except OSError as err:
-        return subprocess.CompletedProcess(list(argv), NOT_RUNNABLE, "", str(err))
-    except subprocess.TimeoutExpired:
-        return subprocess.CompletedProcess(list(argv), 124, "", f"timed out after {timeout_s:g}s")
-
-
 def node_docker(host: str, site: Site) -> DockerRun:
+    """docker on `host` through its site: a missing CLI is exit status 127, a timeout 124."""
     return lambda argv, timeout_s: run_on_host(host, shlex.join(argv), site, timeout_s)
 
 
@@ -239,7 +228,7 @@ def launcher_in_image(
 def machines_for(config: BenchConfig) -> list[Machine]:
     """This machine, or every --hosts node (each over ssh, with its own bench checkout)."""
     if config.cluster is None:
-        return [Machine("this machine", local_docker, str(REPO_ROOT))]
+        return [Machine("this machine", node_docker(LOCAL_HOST, LocalSite()), str(REPO_ROOT))]
     site = site_for(config.cluster)
     return [
         Machine(h, node_docker(h, site), config.cluster.remote_workdir)
