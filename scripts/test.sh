@@ -8,7 +8,7 @@
 #                 the signed stand-in of NVIDIA's apt repo (fresh throwaway key) served on docker0
 #   4. pytest     the bench's unit and integration tests (real torchrun/horovodrun, netns hosts, Slurm)
 #   5. molecule   every scenario under molecule/: create, converge, idempotence, verify, destroy
-#                 (two at a time; the longest starts beside pytest)
+#   (4 and 5 share one pool of two jobs: pytest from the start, the scenarios longest first)
 # Every step runs even when an earlier one failed (except setup/infra, which the rest need); the
 # script prints a summary and exits non-zero if anything failed.
 #
@@ -120,24 +120,37 @@ if wants molecule; then
   fi
 fi
 
-# molecule_scenario NAME: one scenario, output to its log only (scenarios run side by side).
-molecule_scenario() {
-  local s=$1 t0 rc
+# job NAME CMD...: CMD in the background pool, output to .work/logs/NAME.log only (jobs run side
+# by side), its exit status and seconds to .work/logs/NAME.rc.
+job() {
+  local name=$1 t0 rc
+  shift
   t0=$(date +%s)
-  molecule test -s "$s" >"$logs/molecule-$s.log" 2>&1
+  "$@" >"$logs/$name.log" 2>&1
   rc=$?
-  echo "$rc $(( $(date +%s) - t0 ))" >"$logs/molecule-$s.rc"
+  echo "$rc $(( $(date +%s) - t0 ))" >"$logs/$name.rc"
 }
 
-# The longest scenario (horovod, about half an hour) starts beside pytest. The suite is CPU-bound,
-# so this only uses the time pytest's tests spend waiting (on timeouts, sshd, Slurm): on the 2-core
-# VM pytest went from 10 to 17.5 min and the whole suite from 61 to 58 min.
-early=0
-if wants pytest && [ ${#scenarios[@]} -gt 0 ]; then
-  echo "molecule: starting ${scenarios[0]} beside pytest"
-  molecule_scenario "${scenarios[0]}" &
-  early=1
-fi
+# start NAME CMD...: start a job once fewer than $jobs_max run.
+start() {
+  while [ "$(jobs -rp | wc -l)" -ge "$jobs_max" ]; do wait -n; done
+  echo "pool: starting $1 ($(( $(date +%s) - suite_start ))s into the suite)"
+  rm -f "$logs/$1.rc"
+  job "$@" &
+}
+
+# record NAME LABEL: the finished job's result into the summary (its log's tail when it failed).
+record() {
+  local rc secs
+  read -r rc secs <"$logs/$1.rc" || { rc=1; secs=0; }
+  if [ "$rc" = 0 ]; then
+    passed=$((passed + 1)); summary+=("PASS  ${secs}s  $2")
+  else
+    failed=$((failed + 1)); summary+=("FAIL  ${secs}s  $2 (rc=$rc, log: .work/logs/$1.log)")
+    printf '\n==== %s failed; last 60 lines of its log ====\n' "$2"
+    tail -n 60 "$logs/$1.log"
+  fi
+}
 
 if wants pytest; then
   # DALI for the DALI loader's test with CPU operators (1.1 GB with its dependencies, ~25 s; not
@@ -146,31 +159,35 @@ if wants pytest; then
   # tensorflow-cpu for the tf launcher's rank tests (274 MB wheel, ~12 s to install here; not
   # part of the bootstrap's quick start). Pinned in constraints.txt.
   step tensorflow python -m pip install -q -c constraints.txt tensorflow-cpu
+fi
+
+# One pool of $jobs_max jobs: pytest holds a place from the start, and the scenarios, longest
+# first, take each place as it frees. The suite is CPU-bound (one scenario alone keeps ~85% of the
+# two cores busy), so a third job would only slow the others; a place left empty while pytest
+# finishes alone would waste what its tests spend waiting (on timeouts, sshd, Slurm).
+if wants molecule; then
+  printf '\n==== pool: pytest and %s molecule scenarios, %s at a time ====\n' "${#scenarios[@]}" "$jobs_max"
+fi
+if wants pytest; then
   # pytest exits 5 when it collected nothing: that is a failure of the suite, not a pass.
   # GPUSTACK_REQUIRE_ALL_TESTS=1: a missing prerequisite (Horovod, root for netns, sshd) fails
   # the test instead of skipping it, so the suite cannot go green by skipping.
-  GPUSTACK_REQUIRE_ALL_TESTS=1 step pytest python -m pytest -q -rfE --durations=15 tests/unit tests/integration
+  start pytest env GPUSTACK_REQUIRE_ALL_TESTS=1 \
+    python -m pytest -q -rfE --durations=30 tests/unit tests/integration
 fi
+for s in "${scenarios[@]}"; do
+  start "molecule-$s" molecule test -s "$s"
+done
+wait
 
-if wants molecule; then
-  printf '\n==== molecule: %s scenarios, %s at a time ====\n' "${#scenarios[@]}" "$jobs_max"
-  for s in "${scenarios[@]:$early}"; do
-    while [ "$(jobs -rp | wc -l)" -ge "$jobs_max" ]; do wait -n; done
-    echo "molecule: starting $s"
-    molecule_scenario "$s" &
-  done
-  wait
-  for s in "${scenarios[@]}"; do
-    read -r rc secs <"$logs/molecule-$s.rc" || { rc=1; secs=0; }
-    if [ "$rc" = 0 ]; then
-      passed=$((passed + 1)); summary+=("PASS  ${secs}s  molecule $s")
-    else
-      failed=$((failed + 1)); summary+=("FAIL  ${secs}s  molecule $s (log: .work/logs/molecule-$s.log)")
-      printf '\n==== molecule %s failed; last 60 lines of its log ====\n' "$s"
-      tail -n 60 "$logs/molecule-$s.log"
-    fi
-  done
+if wants pytest; then
+  printf '\n==== pytest (its summary; whole log: .work/logs/pytest.log) ====\n'
+  sed -n '/slowest .* durations/,$p' "$logs/pytest.log" | tail -n 80
+  record pytest pytest
 fi
+for s in "${scenarios[@]}"; do
+  record "molecule-$s" "molecule $s"
+done
 
 print_summary
 [ "$failed" = 0 ]
