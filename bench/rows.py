@@ -187,7 +187,7 @@ def run_interconnect(spec: RunSpec, report: wire.RunReport, result: ExecResult) 
 def _columns_of_the_spec() -> tuple[str, ...]:
     """The run row's columns that are an attribute of the same name and meaning on RunSpec."""
     spec = {f.name for f in dataclasses.fields(RunSpec)}
-    spec |= {n for n, v in vars(RunSpec).items() if isinstance(v, property)}
+    spec |= {n for n in dir(RunSpec) if isinstance(getattr(RunSpec, n, None), property)}
     return tuple(f.name for f in dataclasses.fields(RunRow) if f.name in spec - {"variant"})
 
 

@@ -61,6 +61,28 @@ def format_hosts(placement: Sequence[HostSlots]) -> str:
     return ",".join(str(h) for h in placement)
 
 
+class Placed:
+    """What the placement of a run, a probe or a launch says about it."""
+
+    placement: Placement
+
+    @property
+    def world_size(self) -> int:
+        return total_slots(self.placement)
+
+    @property
+    def nodes(self) -> int:
+        return len(self.placement)
+
+    @property
+    def gpus_per_node(self) -> int:
+        return most_slots(self.placement)
+
+    @property
+    def hosts(self) -> str:
+        return format_hosts(self.placement)
+
+
 @dataclass(frozen=True)
 class Knob:
     """How one option appears on the command line, is checked, defaults and is recorded.
@@ -378,7 +400,7 @@ def _decode(text: str) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class RunSpec:
+class RunSpec(Placed):
     """One launch: a launcher, a placement, a variant and a repeat index."""
 
     sweep_id: str
@@ -402,22 +424,6 @@ class RunSpec:
     def image(self) -> str:
         """What the launchers hand the sweep's wrapper: the pinned image, "" on the host."""
         return self.container_digest
-
-    @property
-    def world_size(self) -> int:
-        return total_slots(self.placement)
-
-    @property
-    def nodes(self) -> int:
-        return len(self.placement)
-
-    @property
-    def gpus_per_node(self) -> int:
-        return most_slots(self.placement)
-
-    @property
-    def hosts(self) -> str:
-        return format_hosts(self.placement)
 
     @property
     def processes(self) -> int:
@@ -450,7 +456,7 @@ class RunSpec:
 
 
 @dataclass(frozen=True)
-class ProbeSpec:
+class ProbeSpec(Placed):
     """An allreduce bandwidth probe over the same placement as the runs with that many ranks."""
 
     sweep_id: str
@@ -460,14 +466,6 @@ class ProbeSpec:
     iterations: int
     device: str
     threads_per_rank: int
-
-    @property
-    def world_size(self) -> int:
-        return total_slots(self.placement)
-
-    @property
-    def hosts(self) -> str:
-        return format_hosts(self.placement)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -26,7 +26,7 @@ from typing import Protocol
 from bench.launcher_kinds import DDP, LauncherKind, launcher_kind
 from bench.paths import REPO_ROOT, bench_pythonpath
 from bench.rank.lifeline import DIE_WITH_PARENT_VAR
-from bench.spec import SYNTHETIC, Placement, ProbeSpec, RunSpec, most_slots, total_slots
+from bench.spec import SYNTHETIC, Placed, Placement, ProbeSpec, RunSpec
 
 PROBE_MODULE = "bench.rank.probe"
 # Every process of a multi-node launch carries RUN_TAG_VAR=<tag> in its environment (horovodrun
@@ -69,7 +69,7 @@ class ExecResult:
 
 
 @dataclass(frozen=True)
-class Launch:
+class Launch(Placed):
     """What one spec asks the launchers for, read from the spec in one place."""
 
     launch_id: str  # the run id or the probe id
@@ -86,18 +86,6 @@ class Launch:
     @property
     def kind(self) -> LauncherKind:
         return launcher_kind(self.launcher)
-
-    @property
-    def nodes(self) -> int:
-        return len(self.placement)
-
-    @property
-    def world_size(self) -> int:
-        return total_slots(self.placement)
-
-    @property
-    def ranks_per_node(self) -> int:
-        return most_slots(self.placement)
 
 
 def launch_of(spec: RunSpec | ProbeSpec) -> Launch:

@@ -25,12 +25,7 @@ import torch
 from bench.rank.loaders import LoaderRequest, torch_loader
 from bench.rank.loaders.augment import augment_batch
 from bench.rank.loaders.folder import list_images
-from bench.rank.loaders.torch_loader import (
-    dataloader_settings,
-    distributed_sampler,
-    epochs,
-    no_full_batch,
-)
+from bench.rank.loaders.torch_loader import sharded_epochs
 from bench.rank.models import import_submodule
 
 Batch = tuple[torch.Tensor, torch.Tensor]
@@ -155,17 +150,8 @@ def batches(request: LoaderRequest) -> Iterator[Batch]:
     """Each rank reads its shard's file bytes and decodes and augments them on its device."""
     _, samples = list_images(request.root)
     dataset = EncodedImages(samples)
-    sampler = distributed_sampler(dataset, request.rank, request.world_size, request.seed)
-    loader = torch.utils.data.DataLoader(
-        dataset,
-        batch_size=request.batch,
-        sampler=sampler,
-        drop_last=True,
-        collate_fn=collate_encoded,
-        **dataloader_settings(request.workers, pin_memory=False),  # decode_jpeg reads host memory
-    )
-    if len(loader) == 0:
-        raise no_full_batch(request, len(dataset))
+    # decode_jpeg reads host memory: nothing to pin
+    shard = sharded_epochs(dataset, request, pin_memory=False, collate_fn=collate_encoded)
     device = request.device
     decoder = JpegDecoder(device)
     # crops and flips: reproducible, different per rank
@@ -176,7 +162,7 @@ def batches(request: LoaderRequest) -> Iterator[Batch]:
         images = augment_batch(decoder(encoded), request.image_size, rng, request.memory_format)
         return images, labels.to(device, non_blocking=True)
 
-    yield from side_stream_pipeline(epochs(loader, sampler), produce, device)
+    yield from side_stream_pipeline(shard, produce, device)
 
 
 def queue_depth(workers: int) -> int:

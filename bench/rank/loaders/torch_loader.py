@@ -75,6 +75,21 @@ def no_full_batch(request: LoaderRequest, images: int) -> ValueError:
     )
 
 
+def sharded_epochs(
+    dataset: torch.utils.data.Dataset[Any], request: LoaderRequest, pin_memory: bool, **options: Any
+) -> Iterator[Any]:
+    """The rank's shard of `dataset` (distributed_sampler) in full batches through DataLoader
+    workers, epoch after epoch; refused when the shard holds no full batch."""
+    sampler = distributed_sampler(dataset, request.rank, request.world_size, request.seed)
+    settings = dataloader_settings(request.workers, pin_memory)
+    loader = torch.utils.data.DataLoader(
+        dataset, batch_size=request.batch, sampler=sampler, drop_last=True, **options, **settings
+    )
+    if len(loader) == 0:
+        raise no_full_batch(request, len(dataset))
+    return epochs(loader, sampler)
+
+
 def batches(request: LoaderRequest) -> Iterator[Batch]:
     """Each rank reads its shard of an ImageFolder through DataLoader workers."""
     device = request.device
@@ -93,17 +108,7 @@ def batches(request: LoaderRequest) -> Iterator[Batch]:
             ]
         ),
     )
-    sampler = distributed_sampler(dataset, request.rank, request.world_size, request.seed)
-    loader = torch.utils.data.DataLoader(
-        dataset,
-        batch_size=request.batch,
-        sampler=sampler,
-        drop_last=True,
-        **dataloader_settings(request.workers, pin_memory=device.type == "cuda"),
-    )
-    if len(loader) == 0:
-        raise no_full_batch(request, len(dataset))
-    for images, labels in epochs(loader, sampler):
+    for images, labels in sharded_epochs(dataset, request, pin_memory=device.type == "cuda"):
         images = images.to(device, non_blocking=True).float()
         yield (
             normalize_(images).contiguous(memory_format=request.memory_format),
