@@ -5,16 +5,21 @@ no role reads. Unit tests: tests/unit/test_preflight_plugin.py.
       {{ site_role_groups | gpustack_selected_roles(ansible_run_tags, ansible_skip_tags,
                                                     site_disabled_roles) }}
     site_undeclared_variables: >-
-      {{ hostvars[inventory_hostname] | list
-         | gpustack_undeclared_variables(site_declared_variables, site_all_roles) }}
-    msg: "{{ site_undeclared_variables | gpustack_undeclared_message(site_declared_variables) }}"
+      {{ hostvars[inventory_hostname] | list | gpustack_undeclared_variables }}
+    msg: "{{ site_undeclared_variables | gpustack_undeclared_message }}"
 
 Each role in site.yml carries two tags: its own name and its group (nvidia, containers, python).
+The functions take what they compare as arguments; the filters for undeclared variables compare
+with every role's argument spec (roles/*/meta/argument_specs.yml, read by gpustack_kinds.py), the
+roles that only other roles call (package_hold, apt_source, ...) included.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 
 # --tags values that select every role:
 # - 'all': what ansible_run_tags holds when no --tags is given (ansible_skip_tags is then []):
@@ -79,7 +84,7 @@ def did_you_mean(name: str, declared: Iterable[str]) -> list[str]:
     A name with the same letters in another order (a typing slip) is the best suggestion; only when
     there is none, names with the same first and last word (nvidia_..._branch) are offered.
     """
-    others = [known for known in declared if known != name]
+    others = {known for known in declared if known != name}
     anagrams = [known for known in others if sorted(known) == sorted(name)]
     if anagrams:
         return sorted(anagrams)
@@ -154,13 +159,36 @@ def overridden_message(
     )
 
 
+def argument_specs() -> dict[str, dict]:
+    """role -> its declared variables, from filter_plugins/gpustack_kinds.py (loaded once, under the
+    name test_plugins/gpustack_kinds.py gives it)."""
+    name = "gpustack_kinds_checks"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(
+            name, Path(__file__).resolve().parent / "gpustack_kinds.py"
+        )
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name].argument_specs()
+
+
+def declared_variables() -> list[str]:
+    """Every variable some role's argument spec declares."""
+    return sorted({name for options in argument_specs().values() for name in options})
+
+
 class FilterModule:
     def filters(self):
         return {
             "gpustack_selected_roles": selected_roles,
             "gpustack_tagged_roles": tagged_roles,
-            "gpustack_undeclared_variables": undeclared_variables,
-            "gpustack_undeclared_message": undeclared_message,
+            "gpustack_undeclared_variables": lambda given: undeclared_variables(
+                given, declared_variables(), argument_specs()
+            ),
+            "gpustack_undeclared_message": lambda names, strict=False: undeclared_message(
+                names, declared_variables(), strict
+            ),
             "gpustack_overridden_variables": overridden_variables,
             "gpustack_overridden_message": overridden_message,
         }

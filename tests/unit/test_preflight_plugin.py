@@ -98,6 +98,26 @@ def test_undeclared_names_carry_a_role_prefix_and_no_role_declares_them():
     assert undeclared == ["cuda_tolkit_version", "nvidia_driver_brnach"]
 
 
+def spec_options(role: str) -> list[str]:
+    entry_points = yaml.safe_load((REPO / f"roles/{role}/meta/argument_specs.yml").read_text())
+    return [name for spec in entry_points["argument_specs"].values() for name in spec["options"]]
+
+
+def test_the_filters_compare_with_every_role_s_argument_spec():
+    filters = preflight.FilterModule().filters()
+    # every role with an argument spec, those that only other roles call included
+    helpers = [p.parent.parent.name for p in REPO.glob("roles/*/meta/argument_specs.yml")]
+    helpers = sorted(set(helpers) - set(GROUPS))
+    assert "package_hold" in helpers
+    declared = [spec_options(role)[0] for role in [*GROUPS, *helpers]]
+    misspelt = [name + "x" for name in declared]
+    assert filters["gpustack_undeclared_variables"](
+        declared + misspelt + ["ansible_host"]
+    ) == sorted(misspelt)
+    message = filters["gpustack_undeclared_message"](["nvidia_driver_brnach"], strict=True)
+    assert message.endswith("nvidia_driver_brnach: did you mean nvidia_driver_branch? ")
+
+
 def test_a_typing_slip_suggests_only_the_name_with_the_same_letters():
     assert preflight.did_you_mean("nvidia_drvier_branch", DECLARED) == ["nvidia_driver_branch"]
 
@@ -106,6 +126,12 @@ def test_without_one_the_same_first_and_last_word_are_offered():
     assert preflight.did_you_mean("nvidia_drv_branch", DECLARED) == [
         "nvidia_driver_allow_eol_branch",
         "nvidia_driver_branch",
+    ]
+
+
+def test_a_name_two_entry_points_declare_is_suggested_once():
+    assert preflight.did_you_mean("nvidia_driver_brnach", DECLARED + DECLARED) == [
+        "nvidia_driver_branch"
     ]
 
 
@@ -201,7 +227,7 @@ def shown(results: dict, host: str) -> str | None:
 def test_site_yml_names_the_misspelling_and_refuses_it_when_strict(preflight_run):
     warned = preflight_run["Name the variables that look like a role's but that no role declares."]
     assert shown(warned, "misspelt") == preflight.undeclared_message(
-        ["nvidia_driver_brnach"], ["nvidia_driver_branch"]
+        ["nvidia_driver_brnach"], spec_options("nvidia_driver")
     )
     assert shown(warned, "misspelt-strict") is None and shown(warned, "overridden") is None
     refused = preflight_run[
