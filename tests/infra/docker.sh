@@ -8,6 +8,16 @@ state_dir=${GPUSTACK_STATE_DIR:-/tmp/gpustack-test}
 pidfile=$state_dir/dockerd.pid
 mkdir -p "$state_dir"
 
+# close_inherited_fds: close every descriptor above stderr in this (sub)shell.
+close_inherited_fds() {
+  local fd
+  for fd in /proc/$BASHPID/fd/*; do
+    fd=${fd##*/}
+    [ "$fd" -gt 2 ] && eval "exec $fd>&-"
+  done
+  return 0
+}
+
 wait_for_docker() {
   for _ in $(seq 1 60); do
     docker info >/dev/null 2>&1 && return 0
@@ -28,7 +38,9 @@ case "${1:-}" in
       DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker.io >/dev/null
     fi
     echo "docker: starting dockerd (log: $state_dir/dockerd.log)"
-    setsid /usr/sbin/dockerd >"$state_dir/dockerd.log" 2>&1 < /dev/null &
+    # Without the descriptors this script inherited: dockerd outlives the suite, and a lock held on one
+    # (`flock LOCK scripts/test.sh ...`, as the scenarios are serialised) would stay held by dockerd.
+    (close_inherited_fds; exec setsid /usr/sbin/dockerd >"$state_dir/dockerd.log" 2>&1 </dev/null) &
     echo $! >"$pidfile"
     wait_for_docker
     ;;
