@@ -104,8 +104,11 @@ if wants pytest || wants molecule; then
 fi
 
 # Scenarios are independent (own containers, names and ephemeral dirs); most of their time is
-# apt and Ansible round trips, so two at a time use a 2-core machine well.
-jobs_max=${GPUSTACK_MOLECULE_JOBS:-2}
+# apt and Ansible round trips, and one alone keeps ~85% of two cores busy: two jobs on a 2-core
+# machine, one fewer than the cores on a bigger one, at most 6 (each scenario's containers and
+# Horovod's builds need memory too). GPUSTACK_MOLECULE_JOBS overrides.
+cores=$(nproc)
+jobs_max=${GPUSTACK_MOLECULE_JOBS:-$(( cores <= 3 ? 2 : (cores > 7 ? 6 : cores - 1) ))}
 scenarios=()
 if wants molecule; then
   for p in "${parts[@]}"; do [[ $p == molecule:* ]] && scenarios+=("${p#molecule:}"); done
