@@ -9,17 +9,16 @@ shows up as data wait rather than as slow training, and `loader_rate` measures t
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 
 import torch
 
+from bench.rank import timing
 from bench.rank.loaders import LoaderRequest, loader_named
 from bench.rank.profiling import synchronize
 from bench.spec import SYNTHETIC
 
 Batch = tuple[torch.Tensor, torch.Tensor]
-LOADER_WINDOW_MAX_S = 10.0  # the loader-only window: at most this long (and >= 1 batch)
 
 
 def synthetic_batches(request: LoaderRequest) -> Iterator[Batch]:
@@ -46,20 +45,12 @@ def loader_rate(
     max_batches: int,
     device: torch.device,
     skip: int = 0,
-    max_seconds: float = LOADER_WINDOW_MAX_S,
+    max_seconds: float = timing.LOADER_WINDOW_MAX_S,
 ) -> float:
-    """Images per second the loader delivers alone (no model): `skip` batches (what it had
-    queued) untimed, then up to `max_batches` batches or `max_seconds`, whichever ends first,
-    waiting at the end for GPU-side decoding and augmentation to finish."""
+    """bench.rank.timing.loader_rate over the loader's batches, after `skip` batches (what it
+    had queued) untimed, waiting for GPU-side decoding and augmentation to finish."""
     for _ in range(skip):
         next(batches)
-    synchronize(device)
-    start = time.perf_counter()
-    images = count = 0
-    while count < max(1, max_batches):
-        images += next(batches)[0].shape[0]
-        count += 1
-        if time.perf_counter() - start >= max_seconds:
-            break
-    synchronize(device)
-    return images / (time.perf_counter() - start)
+    return timing.loader_rate(
+        lambda: next(batches)[0].shape[0], max_batches, lambda: synchronize(device), max_seconds
+    )

@@ -45,7 +45,6 @@ from bench.spec import SYNTHETIC, RunSpec
 # ImageNet's per-channel mean and standard deviation, as bench.rank.loaders.augment normalises.
 MEAN = (0.485, 0.456, 0.406)
 STD = (0.229, 0.224, 0.225)
-LOADER_WINDOW_MAX_S = 10.0  # the loader-only window, as bench.rank.data's
 
 
 @dataclasses.dataclass(frozen=True)
@@ -281,17 +280,6 @@ def peak_memory_bytes(place: Place) -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def loader_rate(batches: Iterator, max_batches: int, images_per_batch: int) -> float:
-    """Images per second the input pipeline delivers alone (no model) to this worker."""
-    start, count = time.perf_counter(), 0
-    while count < max(1, max_batches):
-        next(batches)
-        count += 1
-        if time.perf_counter() - start >= LOADER_WINDOW_MAX_S:
-            break
-    return count * images_per_batch / (time.perf_counter() - start)
-
-
 @dataclasses.dataclass
 class Training:
     """What a worker trains with: its strategy and place, the step, its input and the model."""
@@ -332,22 +320,15 @@ def set_up(spec: RunSpec, index: int, workers: int) -> Training:
 
 
 def settle(spec: RunSpec, training: Training, ranks: Ranks) -> tuple[float | None, int, int]:
-    """bench.rank.worker.settle's rules: the compiling first step timed on its own, warm-up
-    until steady. Returns (compile seconds or None, warm-up steps run, steps to time)."""
-    load, compile_s = spec.workload, None
-    if spec.variant.compile:  # the first step compiles (XLA): timed apart from the warm-up
-        start = time.perf_counter()
-        training.one_step()
-        compile_s = time.perf_counter() - start
-    warmup_steps, estimate = timing.warm_up(
+    """bench.rank.timing.settle, as the torch rank (each step waits for its replicas): (compile
+    seconds or None, steps run before the window, steps to time)."""
+    return timing.settle(
         training.one_step,
         lambda steps: training.window(steps)[1],
         ranks.gather,
-        max(0, load.warmup_steps - bool(compile_s)),
-        load.timed_seconds or None,
+        spec.workload,
+        spec.variant.compile,  # XLA compiles on the first step
     )
-    timed_steps = timing.timed_steps_for(load.timed_seconds, estimate, load.timed_steps)
-    return compile_s, warmup_steps + bool(compile_s), timed_steps
 
 
 def measured_window(
@@ -394,9 +375,14 @@ def main(argv: list[str] | None = None) -> int:
     window, step_s, data_wait, telemetry = measured_window(training, ranks, timed_steps)
     images_per_step = spec.batch_per_gpu * place.replicas
     loader_images_per_s = None
+
+    def next_batch() -> int:  # the images of one step's input, pulled without a step
+        next(training.batches)
+        return images_per_step
+
     if spec.workload.data != SYNTHETIC:  # the pipeline alone (no model): its ceiling
         ranks.barrier()
-        loader_images_per_s = loader_rate(training.batches, timed_steps, images_per_step)
+        loader_images_per_s = timing.loader_rate(next_batch, timed_steps)
     report = wire.RankReport(
         rank=index,
         local_rank=0,

@@ -4,7 +4,8 @@
 Warm-up runs `min_steps` untimed steps, then, when a settle time is given, windows of about a
 second until two consecutive windows' median step times agree within STEADY_TOLERANCE on every
 rank (or the settle time has passed); the timed window then lasts --timed-seconds at the
-slowest rank's step time, never fewer steps than --steps.
+slowest rank's step time, never fewer steps than --steps. A compiling first step (torch.compile,
+XLA) is timed on its own before the warm-up (`settle`).
 """
 
 from __future__ import annotations
@@ -13,11 +14,15 @@ import math
 import statistics
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
+
+from bench.spec import Workload
 
 STEADY_TOLERANCE = 0.02  # consecutive warm-up windows whose median step times agree this well
 SETTLE_WINDOW_S = 1.0  # length of one warm-up window once the step time is known
 MIN_WINDOW_STEPS = 5
+LOADER_WINDOW_MAX_S = 10.0  # the loader-only window: at most this long (and >= 1 batch)
 
 
 def is_steady(previous_median_s: float | None, median_s: float) -> bool:
@@ -64,3 +69,56 @@ def warm_up(
             return steps, estimate
         previous = median
         window_steps = max(MIN_WINDOW_STEPS, math.ceil(SETTLE_WINDOW_S / estimate))
+
+
+def settle(
+    step: Callable[[], None],
+    window: Callable[[int], list[float]],
+    gather: Callable[[Any], list[Any]],
+    load: Workload,
+    compiles: bool,
+    finish: Callable[[], None] = lambda: None,
+    phase: Callable[[str], AbstractContextManager[Any]] = lambda _: nullcontext(),
+) -> tuple[float | None, int, int]:
+    """The untimed start of a run: when `compiles`, the first step (`step()` then `finish()`,
+    which waits for it on the device) timed on its own; then `warm_up` until steady. `phase(name)`
+    marks the "compile" and "warm-up" parts (NVTX ranges on a GPU). Returns (compile seconds or
+    None, steps run before the window, steps to time)."""
+    compile_s = None
+    if compiles:
+        start = time.perf_counter()
+        with phase("compile"):
+            step()
+            finish()
+        compile_s = time.perf_counter() - start
+    with phase("warm-up"):
+        steps, estimate = warm_up(
+            step,
+            window,
+            gather,
+            max(0, load.warmup_steps - bool(compile_s)),
+            load.timed_seconds or None,
+        )
+    timed_steps = timed_steps_for(load.timed_seconds, estimate, load.timed_steps)
+    return compile_s, steps + bool(compile_s), timed_steps
+
+
+def loader_rate(
+    next_images: Callable[[], int],
+    max_batches: int,
+    finish: Callable[[], None] = lambda: None,
+    max_seconds: float = LOADER_WINDOW_MAX_S,
+) -> float:
+    """Images per second an input pipeline delivers alone (no model): up to `max_batches`
+    batches (`next_images()` takes one and returns its image count) or `max_seconds`, whichever
+    ends first, then `finish()` (waiting for device-side decoding and augmentation)."""
+    finish()
+    start = time.perf_counter()
+    images = count = 0
+    while count < max(1, max_batches):
+        images += next_images()
+        count += 1
+        if time.perf_counter() - start >= max_seconds:
+            break
+    finish()
+    return images / (time.perf_counter() - start)

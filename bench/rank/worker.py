@@ -119,25 +119,6 @@ def timed_window(
     return marks[-1] - marks[0], [b - a for a, b in itertools.pairwise(marks)], data_wait
 
 
-def warm_up(
-    train_step: Callable[[torch.Tensor, torch.Tensor], None],
-    batches: Iterator[Batch],
-    engine: engines.Engine,
-    device: torch.device,
-    min_steps: int,
-    settle_s: float | None,
-) -> tuple[int, float | None]:
-    """bench.rank.timing.warm_up over this rank's steps: (steps run, the slowest rank's latest
-    median step time, or None when no window was timed)."""
-    return timing.warm_up(
-        lambda: train_step(*next(batches)),
-        lambda steps: timed_window(train_step, batches, steps, device)[1],
-        engine.gather,
-        min_steps,
-        settle_s,
-    )
-
-
 def peak_memory_bytes(device: torch.device) -> int:
     """Peak allocated device memory on a GPU; the process's peak RSS on CPU."""
     if device.type == "cuda":
@@ -202,27 +183,18 @@ def set_up(spec: RunSpec, engine: engines.Engine, info: engines.DistInfo) -> Tra
 def settle(
     spec: RunSpec, engine: engines.Engine, info: engines.DistInfo, training: Training
 ) -> tuple[float | None, int, int]:
-    """The untimed start of a run: the compiling first step (timed on its own), then warm-up
-    until steady. Returns (compile seconds or None, warm-up steps run, steps to time)."""
-    load, train_step, batches = spec.workload, training.train_step, training.batches
-    compile_s = None
-    if spec.variant.compile:  # the first step compiles: time it apart from the warm-up
-        start = time.perf_counter()
-        with nvtx_range("compile", info.device):
-            train_step(*next(batches))
-            synchronize(info.device)
-        compile_s = time.perf_counter() - start
-    with nvtx_range("warm-up", info.device):
-        warmup_steps, step_estimate = warm_up(
-            train_step,
-            batches,
-            engine,
-            info.device,
-            max(0, load.warmup_steps - bool(compile_s)),
-            load.timed_seconds or None,
-        )
-    timed_steps = timing.timed_steps_for(load.timed_seconds, step_estimate, load.timed_steps)
-    return compile_s, warmup_steps + bool(compile_s), timed_steps
+    """bench.rank.timing.settle over this rank's steps: (compile seconds or None, steps run
+    before the window, steps to time)."""
+    train_step, batches, device = training.train_step, training.batches, info.device
+    return timing.settle(
+        lambda: train_step(*next(batches)),
+        lambda steps: timed_window(train_step, batches, steps, device)[1],
+        engine.gather,
+        spec.workload,
+        spec.variant.compile,
+        finish=lambda: synchronize(device),
+        phase=lambda name: nvtx_range(name, device),
+    )
 
 
 def after_window(
