@@ -31,7 +31,9 @@ from typing import Any
 
 from bench.config import Environment, HorovodStatus
 from bench.gpu_defaults import AMPERE
+from bench.launchers.sites import LocalSite, last_line, run_on_host, shell_command
 from bench.paths import REPO_ROOT, bench_pythonpath
+from bench.spec import LOCAL_HOST
 
 SURVEY_MARKER = "@@bench-node"
 # Native bf16 and TF32 math arrive with compute capability 8.0 (AMPERE). Older GPUs may emulate
@@ -242,18 +244,13 @@ def survey_records(lines: Iterable[str]) -> list[dict[str, Any]]:
 
 
 def _run_json(argv: Sequence[str], timeout_s: float) -> dict[str, Any] | str:
-    """A child's last stdout line parsed as JSON, or the reason it failed."""
-    env = {**os.environ, "PYTHONPATH": bench_pythonpath(REPO_ROOT, os.environ.get("PYTHONPATH"))}
-    try:
-        done = subprocess.run(
-            list(argv), capture_output=True, text=True, timeout=timeout_s, env=env
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return str(exc)
+    """A child's last stdout line parsed as JSON, or the reason it failed. The child runs on
+    this machine through its site (bench.launchers.sites), the bench importable."""
+    env = {"PYTHONPATH": bench_pythonpath(REPO_ROOT, os.environ.get("PYTHONPATH"))}
+    done = run_on_host(LOCAL_HOST, shell_command(argv, env), LocalSite(), timeout_s)
     lines = done.stdout.strip().splitlines()
     if done.returncode != 0 or not lines:
-        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        return f"exit status {done.returncode}: {tail}"
+        return f"exit status {done.returncode}: {last_line(done.stderr)}"
     try:
         return dict(json.loads(lines[-1]))
     except ValueError:

@@ -21,6 +21,7 @@ from bench.launchers.versions import (
     components_for,
 )
 from bench.machine import NodeInfo
+from bench.paths import REPO_ROOT
 
 
 def node(host: str, **fields: object) -> NodeInfo:
@@ -63,6 +64,28 @@ def test_local_environment_of_this_cpu_machine() -> None:
     env = machine.local_environment(check_horovod=False)
     assert (env.device, env.gpu_count, env.cores) == ("cpu", 0, machine.cpu_cores())
     assert env.horovod.reason == "not checked: not in this sweep"
+
+
+def test_a_horovod_that_does_not_import_is_reported_with_the_child_s_error(tmp_path: Path) -> None:
+    # An interpreter outside this venv (no pyvenv.cfg beside it): the base Python, no Horovod.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python").symlink_to(Path(sys.executable).resolve())
+    (bin_dir / "horovodrun").touch()
+    status = machine.horovod_status(str(bin_dir / "python"))
+    assert not status.available
+    assert status.reason == (
+        "import horovod.torch failed: exit status 1: ModuleNotFoundError: No module named 'horovod'"
+    )
+
+
+def test_a_probe_runs_on_this_machine_with_the_bench_importable_and_a_time_limit() -> None:
+    probe = "import json, bench.paths; print(json.dumps({'from': bench.paths.__file__}))"
+    found = machine._run_json([sys.executable, "-c", probe], timeout_s=60)
+    assert found == {"from": str(REPO_ROOT / "bench" / "paths.py")}
+    assert (
+        machine._run_json(["sleep", "5"], timeout_s=0.5) == "exit status 124: timed out after 0.5s"
+    )
 
 
 def test_survey_of_this_machine() -> None:
