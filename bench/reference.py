@@ -100,6 +100,12 @@ def _lambda(
     )
 
 
+def _dle(gpu: str, precision: str, gpus: int, per_gpu: float, note: str) -> Published:
+    return Published(
+        "NVIDIA DeepLearningExamples RN50 v1.5", gpu, precision, None, gpus, per_gpu, note, url=DLE
+    )
+
+
 PUBLISHED: tuple[Published, ...] = (
     # Lambda results_v2 (H100 SXM5 on Lambda On-Demand; batch not in the CSV)
     _lambda("H100 SXM", "amp", None, 1, 2791, LAMBDA_V2_AMP, "SXM5, results_v2"),
@@ -116,66 +122,12 @@ PUBLISHED: tuple[Published, ...] = (
     _lambda("RTX 4090", "amp", 448, 1, 1301, LAMBDA_V1_AMP, "NGC 22.10"),
     _lambda("RTX 4090", "tf32", 224, 1, 721, LAMBDA_V1_TF32, "NGC 22.10 ('FP32')"),
     # NVIDIA DeepLearningExamples, DGX A100 80GB, pytorch-21.03 (NCHW then)
-    Published(
-        "NVIDIA DeepLearningExamples RN50 v1.5",
-        "A100",
-        "tf32",
-        None,
-        1,
-        938.0,
-        "DGX A100 80GB",
-        url=DLE,
-    ),
-    Published(
-        "NVIDIA DeepLearningExamples RN50 v1.5",
-        "A100",
-        "tf32",
-        None,
-        8,
-        7248 / 8,
-        "DGX A100 80GB",
-        url=DLE,
-    ),
-    Published(
-        "NVIDIA DeepLearningExamples RN50 v1.5",
-        "A100",
-        "amp",
-        None,
-        1,
-        2470.0,
-        "DGX A100 80GB",
-        url=DLE,
-    ),
-    Published(
-        "NVIDIA DeepLearningExamples RN50 v1.5",
-        "A100",
-        "amp",
-        None,
-        8,
-        16621 / 8,
-        "DGX A100 80GB",
-        url=DLE,
-    ),
-    Published(
-        "NVIDIA DeepLearningExamples RN50 v1.5",
-        "V100 SXM2",
-        "fp32",
-        None,
-        1,
-        367.0,
-        "DGX-1 16GB",
-        url=DLE,
-    ),
-    Published(
-        "NVIDIA DeepLearningExamples RN50 v1.5",
-        "V100 SXM2",
-        "amp",
-        None,
-        1,
-        1200.0,
-        "DGX-1 16GB",
-        url=DLE,
-    ),
+    _dle("A100", "tf32", 1, 938.0, "DGX A100 80GB"),
+    _dle("A100", "tf32", 8, 7248 / 8, "DGX A100 80GB"),
+    _dle("A100", "amp", 1, 2470.0, "DGX A100 80GB"),
+    _dle("A100", "amp", 8, 16621 / 8, "DGX A100 80GB"),
+    _dle("V100 SXM2", "fp32", 1, 367.0, "DGX-1 16GB"),
+    _dle("V100 SXM2", "amp", 1, 1200.0, "DGX-1 16GB"),
     Published(
         "PyTorch benchmarks/distributed/ddp", "V100 SXM2", "fp32", 32, 1, 329.0, url=DDP_BENCH
     ),
