@@ -19,7 +19,7 @@ import json
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 from bench.launcher_kinds import launcher_kind
 from bench.rank.loaders import LOADERS  # input pipelines for --data DIR (torch-free registry)
@@ -131,11 +131,22 @@ def _as_tuple(value: Any) -> tuple[Any, ...]:
     return value if isinstance(value, tuple) else (value,)
 
 
-def knob(flag: str, help: str, *, optional: bool = False, **options: Any) -> Any:
-    """A dataclass field declared as a knob (see `Knob`); an optional field defaults to the
-    knob's default, so a record written before the field existed still loads."""
+def knob(
+    flag: str,
+    help: str,
+    *,
+    optional: bool = False,
+    absent: Any = dataclasses.MISSING,
+    **options: Any,
+) -> Any:
+    """A dataclass field declared as a knob (see `Knob`). An optional field defaults to the
+    knob's default, or to `absent` where a record's value is not the option's (a Variant
+    field holds one value of its axis; the machine picks another default), so a record written
+    before the field existed still loads."""
     k = Knob(flag, help, **options)
-    return field(default=k.default if optional else dataclasses.MISSING, metadata={"knob": k})
+    if absent is dataclasses.MISSING and optional:
+        absent = k.default
+    return field(default=absent, metadata={"knob": k})
 
 
 def knobs(cls: type) -> Iterator[tuple[str, Knob]]:
@@ -198,62 +209,46 @@ class Variant:
         words="on on GPUs of compute capability 8.0+ (bench.gpu_defaults), else off",
     )
     # A default so specs and sweep.json files written before the knob existed still load.
-    loader: str = field(
-        default=NO_LOADER,
-        metadata={
-            "knob": Knob(
-                "--loader",
-                "input pipeline for --data DIR, comma list, each swept: "
-                + ", ".join(f"{x.name} ({x.summary})" for x in LOADERS.values()),
-                values={x: x for x in LOADERS},
-                many=True,
-                words="the first runnable of dali, nvjpeg, torch on GPU; torch on CPU; none with "
-                "synthetic data",
-            )
-        },
+    loader: str = knob(
+        "--loader",
+        "input pipeline for --data DIR, comma list, each swept: "
+        + ", ".join(f"{x.name} ({x.summary})" for x in LOADERS.values()),
+        values={x: x for x in LOADERS},
+        many=True,
+        words="the first runnable of dali, nvjpeg, torch on GPU; torch on CPU; none with "
+        "synthetic data",
+        absent=NO_LOADER,
     )
-    grad_accum: int = field(
-        default=1,
-        metadata={
-            "knob": Knob(
-                "--grad-accum",
-                "gradient accumulation: micro-batches of --batch-size per optimizer step, one "
-                "allreduce per step (DDP no_sync, Horovod backward_passes_per_step); comma list, "
-                "each swept",
-                parse=int,
-                many=True,
-                default=(1,),
-                at_least=1,
-            )
-        },
+    grad_accum: int = knob(
+        "--grad-accum",
+        "gradient accumulation: micro-batches of --batch-size per optimizer step, one "
+        "allreduce per step (DDP no_sync, Horovod backward_passes_per_step); comma list, "
+        "each swept",
+        parse=int,
+        many=True,
+        default=(1,),
+        at_least=1,
+        absent=1,
     )
 
-    activation_checkpointing: bool = field(
-        default=False,
-        metadata={
-            "knob": Knob(
-                "--activation-checkpointing",
-                "recompute each stage's activations in backward (torch.utils.checkpoint on the "
-                "model's stages: less memory, more compute): off, on, or off,on to A/B it",
-                values=_ON_OFF,
-                many=True,
-                default=(False,),
-            )
-        },
+    activation_checkpointing: bool = knob(
+        "--activation-checkpointing",
+        "recompute each stage's activations in backward (torch.utils.checkpoint on the "
+        "model's stages: less memory, more compute): off, on, or off,on to A/B it",
+        values=_ON_OFF,
+        many=True,
+        default=(False,),
+        absent=False,
     )
-    container: str = field(
-        default=NO_CONTAINER,
-        metadata={
-            "knob": Knob(
-                "--container",
-                "where the ranks run, comma list, each swept: host (this environment) or a local "
-                "Docker image (repo:tag, repo@sha256:..., an image ID) every rank runs in, with "
-                "host networking and IPC, the GPUs and the bench mounted in; never pulled",
-                parse=container_value,
-                many=True,
-                default=(NO_CONTAINER,),
-            )
-        },
+    container: str = knob(
+        "--container",
+        "where the ranks run, comma list, each swept: host (this environment) or a local "
+        "Docker image (repo:tag, repo@sha256:..., an image ID) every rank runs in, with "
+        "host networking and IPC, the GPUs and the bench mounted in; never pulled",
+        parse=container_value,
+        many=True,
+        default=(NO_CONTAINER,),
+        absent=NO_CONTAINER,
     )
 
     @property
@@ -343,49 +338,37 @@ class Workload:
         row=False,
     )
     # A default so specs and sweep.json files written before the knob existed still load.
-    timed_seconds: float = field(
-        default=0.0,
-        metadata={
-            "knob": Knob(
-                "--timed-seconds",
-                "length of the timed window: warm-up runs until the median step time of "
-                "consecutive ~1 s windows agrees within 2 %% (at most this long again), then the "
-                "window lasts this long; --warmup-steps and --steps become minimums. 0: exactly "
-                "--warmup-steps and --steps",
-                parse=float,
-                gpu=15.0,
-                cpu=0.0,
-                at_least=0,
-            )
-        },
+    timed_seconds: float = knob(
+        "--timed-seconds",
+        "length of the timed window: warm-up runs until the median step time of "
+        "consecutive ~1 s windows agrees within 2 %% (at most this long again), then the "
+        "window lasts this long; --warmup-steps and --steps become minimums. 0: exactly "
+        "--warmup-steps and --steps",
+        parse=float,
+        gpu=15.0,
+        cpu=0.0,
+        at_least=0,
+        absent=0.0,
     )
-    compile_ddp_split: bool = field(
+    compile_ddp_split: bool = knob(
+        "--compile-ddp-split",
+        "DDP with --compile on: let Dynamo split the compiled graph at DDP's gradient "
+        "buckets (torch's own default) so each bucket's allreduce overlaps the rest of "
+        "backward, instead of one graph whose allreduces start when backward ends",
         default=False,
-        metadata={
-            "knob": Knob(
-                "--compile-ddp-split",
-                "DDP with --compile on: let Dynamo split the compiled graph at DDP's gradient "
-                "buckets (torch's own default) so each bucket's allreduce overlaps the rest of "
-                "backward, instead of one graph whose allreduces start when backward ends",
-                default=False,
-                switch=True,
-                words="off: one graph",
-            )
-        },
+        switch=True,
+        words="off: one graph",
+        absent=False,
     )
-    profile: bool = field(
+    profile: bool = knob(
+        "--profile",
+        "after the timed window, trace a few more steps of one rank per configuration with "
+        "torch.profiler (Chrome/Perfetto JSON beside the logs; the report's appendix lists "
+        "the top kernels and the share of time in communication)",
         default=False,
-        metadata={
-            "knob": Knob(
-                "--profile",
-                "after the timed window, trace a few more steps of one rank per configuration with "
-                "torch.profiler (Chrome/Perfetto JSON beside the logs; the report's appendix lists "
-                "the top kernels and the share of time in communication)",
-                default=False,
-                switch=True,
-                words="off",
-            )
-        },
+        switch=True,
+        words="off",
+        absent=False,
     )
 
 
@@ -399,8 +382,26 @@ def _decode(text: str) -> dict[str, Any]:
     return dict(json.loads(base64.urlsafe_b64decode(text.encode("ascii"))))
 
 
+class Sent(Placed):
+    """A spec a rank is started with (--spec, one shell-safe argument): a run or a probe."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Self:
+        return cls(**{**data, "placement": tuple(HostSlots(**h) for h in data["placement"])})
+
+    def encode(self) -> str:
+        return _encode(self.to_dict())
+
+    @classmethod
+    def decode(cls, text: str) -> Self:
+        return cls.from_dict(_decode(text))
+
+
 @dataclass(frozen=True)
-class RunSpec(Placed):
+class RunSpec(Sent):
     """One launch: a launcher, a placement, a variant and a repeat index."""
 
     sweep_id: str
@@ -436,27 +437,14 @@ class RunSpec(Placed):
         """Images per optimizer step over all GPUs: per-GPU batch x GPUs x accumulation."""
         return self.batch_per_gpu * self.world_size * self.variant.grad_accum
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RunSpec:
-        fields = dict(data)
-        fields["placement"] = tuple(HostSlots(**h) for h in data["placement"])
-        fields["variant"] = Variant(**data["variant"])
-        fields["workload"] = Workload(**data["workload"])
-        return cls(**fields)
-
-    def encode(self) -> str:
-        return _encode(self.to_dict())
-
-    @classmethod
-    def decode(cls, text: str) -> RunSpec:
-        return cls.from_dict(_decode(text))
+    def from_dict(cls, data: dict[str, Any]) -> Self:
+        nested = {"variant": Variant(**data["variant"]), "workload": Workload(**data["workload"])}
+        return super().from_dict({**data, **nested})
 
 
 @dataclass(frozen=True)
-class ProbeSpec(Placed):
+class ProbeSpec(Sent):
     """An allreduce bandwidth probe over the same placement as the runs with that many ranks."""
 
     sweep_id: str
@@ -466,19 +454,3 @@ class ProbeSpec(Placed):
     iterations: int
     device: str
     threads_per_rank: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ProbeSpec:
-        fields = dict(data)
-        fields["placement"] = tuple(HostSlots(**h) for h in data["placement"])
-        return cls(**fields)
-
-    def encode(self) -> str:
-        return _encode(self.to_dict())
-
-    @classmethod
-    def decode(cls, text: str) -> ProbeSpec:
-        return cls.from_dict(_decode(text))
