@@ -18,12 +18,11 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import re
-import subprocess
 import sys
 from collections.abc import Callable, Sequence
 
 from bench.launcher_kinds import TORCH_PACKAGE, launcher_kind
-from bench.paths import REPO_ROOT
+from bench.launchers.sites import probe_json
 from bench.rank.loaders import LOADERS, TF_DATA
 from bench.spec import NO_LOADER, SYNTHETIC
 
@@ -51,23 +50,14 @@ def torch_cuda_major() -> int | None:
 @functools.cache
 def gpu_decode_problem() -> str:
     """Why torchvision cannot decode JPEGs on this machine's GPU, or "" (child process)."""
-    code = "from bench.rank.loaders.nvjpeg import gpu_decode_problem as p; print('@@' + p())"
-    try:
-        done = subprocess.run(
-            [sys.executable, "-c", code],
-            capture_output=True,
-            text=True,
-            cwd=REPO_ROOT,
-            timeout=GPU_DECODE_PROBE_TIMEOUT_S,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        return f"a test decode on the GPU did not finish in {GPU_DECODE_PROBE_TIMEOUT_S:.0f} s"
-    if done.returncode != 0:
-        lines = (done.stderr or done.stdout).strip().splitlines()
-        return f"the GPU decode test failed: {lines[-1] if lines else done.returncode}"
-    answers = [line[2:] for line in done.stdout.splitlines() if line.startswith("@@")]
-    return answers[-1].strip() if answers else "the GPU decode test printed no answer"
+    code = (
+        "import json; from bench.rank.loaders.nvjpeg import gpu_decode_problem as p; "
+        "print(json.dumps({'problem': p()}))"
+    )
+    found = probe_json([sys.executable, "-c", code], GPU_DECODE_PROBE_TIMEOUT_S)
+    if isinstance(found, str):
+        return f"the GPU decode test failed: {found}"
+    return str(found["problem"])
 
 
 def dali_problem(device: str, torch_major: int | None, dali_majors: Sequence[int]) -> str:

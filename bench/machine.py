@@ -21,7 +21,6 @@ import re
 import shutil
 import socket
 import struct
-import subprocess
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -31,9 +30,7 @@ from typing import Any
 
 from bench.config import Environment, HorovodStatus
 from bench.gpu_defaults import AMPERE
-from bench.launchers.sites import LocalSite, last_line, run_on_host, shell_command
-from bench.paths import REPO_ROOT, bench_pythonpath
-from bench.spec import LOCAL_HOST
+from bench.launchers.sites import probe_json, run_here
 
 SURVEY_MARKER = "@@bench-node"
 # Native bf16 and TF32 math arrive with compute capability 8.0 (AMPERE). Older GPUs may emulate
@@ -69,15 +66,7 @@ def nvidia_driver_version() -> str | None:
             return match.group(1)
     except OSError:
         pass
-    try:
-        done = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
+    done = run_here(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], 30)
     words = done.stdout.split()
     return words[0] if done.returncode == 0 and words else None
 
@@ -243,20 +232,6 @@ def survey_records(lines: Iterable[str]) -> list[dict[str, Any]]:
     return records
 
 
-def _run_json(argv: Sequence[str], timeout_s: float) -> dict[str, Any] | str:
-    """A child's last stdout line parsed as JSON, or the reason it failed. The child runs on
-    this machine through its site (bench.launchers.sites), the bench importable."""
-    env = {"PYTHONPATH": bench_pythonpath(REPO_ROOT, os.environ.get("PYTHONPATH"))}
-    done = run_on_host(LOCAL_HOST, shell_command(argv, env), LocalSite(), timeout_s)
-    lines = done.stdout.strip().splitlines()
-    if done.returncode != 0 or not lines:
-        return f"exit status {done.returncode}: {last_line(done.stderr)}"
-    try:
-        return dict(json.loads(lines[-1]))
-    except ValueError:
-        return f"unexpected output: {lines[-1][:200]}"
-
-
 _HOROVOD_PROBE = """
 import json, horovod, horovod.torch as hvd
 print(json.dumps({"version": horovod.__version__, "nccl": bool(hvd.nccl_built()),
@@ -272,7 +247,7 @@ def horovod_status(python: str = sys.executable) -> HorovodStatus:
     horovodrun = Path(python).with_name("horovodrun")
     if not horovodrun.exists() and shutil.which("horovodrun") is None:
         return HorovodStatus(False, reason=f"horovodrun not found (next to {python} or on PATH)")
-    found = _run_json([python, "-c", _HOROVOD_PROBE], timeout_s=180)
+    found = probe_json([python, "-c", _HOROVOD_PROBE], timeout_s=180)
     if isinstance(found, str):
         return HorovodStatus(False, reason=f"import horovod.torch failed: {found}")
     if not found["gloo"]:
@@ -308,7 +283,7 @@ def local_environment(python: str = sys.executable, check_horovod: bool = True) 
 
     info = {**survey(versions=False), "tensorflow": tensorflow_env(python)[1]}
     if torch.cuda.is_available():
-        found = _run_json([python, "-c", _GPU_PROBE], timeout_s=180)
+        found = probe_json([python, "-c", _GPU_PROBE], timeout_s=180)
         if isinstance(found, str) or not found.get("gpus"):
             reason = found if isinstance(found, str) else found.get("torch_error", "no GPU seen")
             raise RuntimeError(f"CUDA is available but querying GPU 0 failed: {reason}")

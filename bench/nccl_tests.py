@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+
+from bench.launchers.sites import run_here
 
 BINARY = "all_reduce_perf"
 ROLE_PREFIX = Path("/opt/nccl-tests")  # the nccl_tests role's default nccl_tests_prefix
@@ -87,10 +88,7 @@ def measure(
 ) -> NcclTestsResult:
     command = argv(binary, nbytes, gpus, iterations)
     shown = " ".join(command)
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return NcclTestsResult(None, None, f"{shown}: {exc}")
+    done = run_here(command, timeout_s)
     figures = parse(done.stdout, nbytes) if done.returncode == 0 else None
     if figures is None:
         lines = (done.stderr or done.stdout).strip().splitlines()

@@ -12,13 +12,13 @@ import os
 import platform
 import shutil
 import socket
-import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from bench import __version__
 from bench.config import Environment
+from bench.launchers.sites import run_here
 from bench.machine import torch_facts
 from bench.paths import REPO_ROOT
 
@@ -35,12 +35,7 @@ def relevant_environment(environ: Mapping[str, str] = os.environ) -> dict[str, s
 
 def git_revision(path: Path = REPO_ROOT) -> dict[str, Any]:
     def git(*args: str) -> str | None:
-        try:
-            done = subprocess.run(
-                ["git", "-C", str(path), *args], capture_output=True, text=True, timeout=10
-            )
-        except (OSError, subprocess.TimeoutExpired):
-            return None
+        done = run_here(["git", "-C", str(path), *args], 10)
         return done.stdout.strip() if done.returncode == 0 else None
 
     sha = git("rev-parse", "HEAD")
@@ -116,12 +111,7 @@ def _text(value: str | bytes) -> str:
 def nvidia_topology() -> str | None:
     if shutil.which("nvidia-smi") is None:
         return None
-    try:
-        done = subprocess.run(
-            ["nvidia-smi", "topo", "-m"], capture_output=True, text=True, timeout=30
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
+    done = run_here(["nvidia-smi", "topo", "-m"], 30)
     return done.stdout if done.returncode == 0 else None
 
 

@@ -7,15 +7,16 @@ A site turns "run this sh command line on HOST" into a command line for this mac
 - `SlurmSite`: --slurm, the nodes of the Slurm allocation the sweep runs in, each command an
   `srun` step on its node.
 
-The survey, the version check, the image check, the launches, the stop script and copying a
-node's files back all go through a site; the stop policy is bench.launchers.stop's, the same
-for each. A container is not a site of its own: bench.launchers.docker wraps the command a site
-then runs.
+The survey, the version check, the image check, this machine's own commands (run_here), the
+launches, the stop script and copying a node's files back all go through a site; the stop
+policy is bench.launchers.stop's, the same for each. A container is not a site of its own:
+bench.launchers.docker wraps the command a site then runs.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import os
 import re
 import shlex
@@ -25,11 +26,13 @@ import tarfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 from bench.hosts import ClusterConfig, is_local_host
 from bench.launchers import RemoteError
 from bench.launchers.stop import STOP, StopPolicy, node_timeout_argv
+from bench.paths import REPO_ROOT, bench_pythonpath
+from bench.spec import LOCAL_HOST
 
 # Scratch space on every node; the node name is part of the path so nodes sharing /tmp (or a
 # shared filesystem, as the netns test hosts do) never write into each other's directory.
@@ -263,6 +266,28 @@ def run_on_host(
         )
     except OSError as err:
         return subprocess.CompletedProcess(argv, 127, "", f"{argv[0]}: {err.strerror}")
+
+
+def run_here(
+    argv: Sequence[str], timeout_s: float, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """argv on this machine through its site (LocalSite), output captured: a timeout is rc 124,
+    a program that is not there rc 127."""
+    return run_on_host(LOCAL_HOST, shell_command(argv, env), LocalSite(), timeout_s)
+
+
+def probe_json(argv: Sequence[str], timeout_s: float) -> dict[str, Any] | str:
+    """A child on this machine (run_here), the bench importable: its last stdout line parsed
+    as JSON, or the reason it failed."""
+    env = {"PYTHONPATH": bench_pythonpath(REPO_ROOT, os.environ.get("PYTHONPATH"))}
+    done = run_here(argv, timeout_s, env)
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        return f"exit status {done.returncode}: {last_line(done.stderr)}"
+    try:
+        return dict(json.loads(lines[-1]))
+    except ValueError:
+        return f"unexpected output: {lines[-1][:200]}"
 
 
 def text_of(data: bytes | str | None) -> str:

@@ -14,6 +14,7 @@ from bench import machine
 from bench.config import HorovodStatus
 from bench.launchers import on_node as node_cli
 from bench.launchers.cluster import parse_survey_output
+from bench.launchers.sites import probe_json
 from bench.launchers.versions import (
     VersionMismatchError,
     check_versions,
@@ -81,11 +82,9 @@ def test_a_horovod_that_does_not_import_is_reported_with_the_child_s_error(tmp_p
 
 def test_a_probe_runs_on_this_machine_with_the_bench_importable_and_a_time_limit() -> None:
     probe = "import json, bench.paths; print(json.dumps({'from': bench.paths.__file__}))"
-    found = machine._run_json([sys.executable, "-c", probe], timeout_s=60)
+    found = probe_json([sys.executable, "-c", probe], timeout_s=60)
     assert found == {"from": str(REPO_ROOT / "bench" / "paths.py")}
-    assert (
-        machine._run_json(["sleep", "5"], timeout_s=0.5) == "exit status 124: timed out after 0.5s"
-    )
+    assert probe_json(["sleep", "5"], timeout_s=0.5) == "exit status 124: timed out after 0.5s"
 
 
 def test_survey_of_this_machine() -> None:
