@@ -6,7 +6,8 @@ it) to make chosen ranks fail after their warm-up steps:
     BENCH_INJECT_FAULT=exit@1        rank 1 exits with status 3 (a crashed rank)
     BENCH_INJECT_FAULT=hang@0        rank 0 sleeps forever (a hung run: exercises --timeout)
     BENCH_INJECT_FAULT=oom@0         rank 0 raises torch.OutOfMemoryError (an OOM)
-    BENCH_INJECT_FAULT=slow@1        rank 1 sleeps SLOW_STEP_S before each timed step (a slow GPU)
+    BENCH_INJECT_FAULT=slow@1        rank 1 sleeps SLOW_FACTOR times each timed step's time after it
+                                     (a GPU at 1/(1+SLOW_FACTOR) speed, however busy the machine)
     BENCH_INJECT_FAULT=exit@1,hang@0 several at once
 
 A fault only fires in runs where that rank exists (exit@1 leaves 1-rank runs alone). Under the
@@ -25,7 +26,9 @@ from typing import Any
 ENV_VAR = "BENCH_INJECT_FAULT"
 KINDS = ("exit", "hang", "oom", "slow")
 EXIT_STATUS = 3
-SLOW_STEP_S = 0.25
+# A slowed GPU runs at a quarter of its speed: a fixed sleep would be a different fraction of a step
+# on a busy machine, and the gap between two equal CPU ranks sharing one reaches ~20 %.
+SLOW_FACTOR = 3.0
 
 
 def parse(value: str) -> dict[int, str]:
@@ -65,12 +68,14 @@ def trigger(kind: str | None) -> None:
 
 
 def slowed(step: Callable[..., None], kind: str | None) -> Callable[..., None]:
-    """The timed step as the fault leaves it: SLOW_STEP_S longer under "slow", else `step`."""
+    """The timed step as the fault leaves it: SLOW_FACTOR times its own time longer under
+    "slow", else `step`."""
     if kind != "slow":
         return step
 
     def slow_step(*args: Any) -> None:
-        time.sleep(SLOW_STEP_S)
+        started = time.perf_counter()
         step(*args)
+        time.sleep(SLOW_FACTOR * (time.perf_counter() - started))
 
     return slow_step

@@ -493,10 +493,11 @@ def acceptance(hosts: Path, tmp_path: Path, *args: str, fault: str = "") -> tupl
         "acceptance_bench_args": [
             *TINY,
             *("--launchers", "per-gpu", "--repeats", "1", "--no-probe"),
-            # A node's median of two GPUs halves their gap. The slowed rank (0.25 s of sleep per
-            # step, about a tiny step's time here) measured 20 % to 52 % below it on this 2-core
-            # machine, two equal CPU ranks sharing it a few percent.
-            *("--slow-gpu-threshold", "15"),
+            # A node's median of two GPUs halves their gap: the slowed rank (a quarter of the
+            # other's speed, bench.rank.faults.SLOW_FACTOR) is 60 % below it, while two equal CPU
+            # ranks sharing this 2-core machine with the rest of the suite measured up to 18.5 %
+            # apart (a healthy node failed at 15 in one run).
+            *("--slow-gpu-threshold", "40"),
         ],
         "bench_environment": {"BENCH_INJECT_FAULT": fault} if fault else {},
     }

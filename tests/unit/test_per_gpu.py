@@ -328,9 +328,13 @@ def test_the_spawner_runs_every_gpu_alone_and_a_failure_stops_no_other() -> None
 def test_the_slow_fault_delays_each_step_of_its_slot_only() -> None:
     assert faults.parse("slow@1,exit@2") == {1: "slow", 2: "exit"}
     calls: list[int] = []
-    step = calls.append
+
+    def step(value: int) -> None:
+        calls.append(value)
+        time.sleep(0.05)
+
     assert faults.slowed(step, None) is step and faults.slowed(step, "exit") is step
     slow = faults.slowed(step, "slow")
     started = time.perf_counter()
     slow(7)
-    assert time.perf_counter() - started >= faults.SLOW_STEP_S and calls == [7]
+    assert time.perf_counter() - started >= 0.05 * (1 + faults.SLOW_FACTOR) and calls == [7]
