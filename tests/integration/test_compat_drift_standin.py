@@ -25,10 +25,10 @@ from integration_support import REPO, unavailable
 
 SCRIPT = REPO / "scripts/compat_drift.py"
 _spec = importlib.util.spec_from_file_location("compat_drift", SCRIPT)
-drift = importlib.util.module_from_spec(_spec)
-sys.modules["compat_drift"] = drift  # dataclasses look their module up
-_spec.loader.exec_module(drift)
-COMPAT = drift.load_compat()
+compat_drift = importlib.util.module_from_spec(_spec)
+sys.modules["compat_drift"] = compat_drift  # dataclasses look their module up
+_spec.loader.exec_module(compat_drift)
+COMPAT = compat_drift.load_compat()
 # The distros the stand-in serves (its manifest's key map; ubuntu2604's key is unverified).
 STANDIN_DISTROS = list(
     yaml.safe_load((REPO / "tests/standin/packages.yml").read_text())["nvidia_keys"]
@@ -96,7 +96,7 @@ def drift(standin, local_sources, tmp_path, compat: dict) -> tuple[int, list[dic
     compat = copy.deepcopy(compat)
     compat["nvidia_repo_keys"] = keys  # the stand-in's throwaway keys, by the same file names
     path = tmp_path / "compat.yml"
-    path.write_text(drift.dump_compat(compat))
+    path.write_text(compat_drift.dump_compat(compat))
     argv = [sys.executable, str(SCRIPT), "--json", "--compat", str(path), "--allow-http"]
     argv += ["--nvidia-base", f"{url}/repos", "--torch-index-base", f"{local_sources}/whl"]
     argv += ["--pypi", f"{local_sources}/pypi", "--python", "3.11"]
