@@ -12,6 +12,7 @@ from __future__ import annotations
 import inspect
 import os
 import sys
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
@@ -38,12 +39,14 @@ class DistInfo:
     slot: int | None = None
 
 
-class Engine:
+class Engine(ABC):
     """What the shared loop asks of a launcher's collectives. The defaults are a lone process's
-    (IndependentEngine): no process group, nothing to reduce or hold back."""
+    (IndependentEngine): no process group, nothing to reduce or hold back. Each engine sets up
+    its own world in `init`."""
 
+    @abstractmethod
     def init(self, device_type: str) -> DistInfo:
-        raise NotImplementedError
+        """This process's place in the world (and the process group, where there is one)."""
 
     def wrap(
         self,
@@ -70,7 +73,7 @@ class Engine:
             scaler.step(optimizer)
 
     def barrier(self) -> None:
-        pass  # a world of one
+        return  # a world of one: nobody to wait for
 
     def gather(self, obj: Any) -> list[Any]:
         """Every rank's `obj`, in rank order (on every rank)."""
@@ -78,6 +81,7 @@ class Engine:
 
     def shutdown(self) -> None:
         """Release the collectives (a rank process then ends with exit_rank)."""
+        return  # a lone process holds none
 
 
 def exit_rank(code: int) -> NoReturn:
