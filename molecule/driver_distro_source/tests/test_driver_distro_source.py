@@ -1,10 +1,8 @@
 """nvidia_driver_source: distro, with DKMS modules and with Canonical's signed modules."""
 
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "nvidia_driver" / "tests"))
-import driver_state as ds
+import driver_state as ds  # molecule/driver_state.py, beside molecule/conftest.py
 
 PROJECT_DIR = Path(__file__).resolve().parents[3]
 

@@ -179,10 +179,13 @@ def test_build_record_matches_the_environment(host):
         "nccl_version": "2.29.7",
         "cuda_cc_list": ["90"],
         "cxx_standard": cxx_standard(host),
-        # converge.yml builds without debug information (horovod_debug_info: false).
+        # converge.yml builds without debug information and unoptimized (horovod_debug_info and
+        # horovod_optimize false).
         "debug_info": False,
+        "optimize": False,
     }
-    key = f"horovod-0.28.1_torch-2.13.0+cu130_py3.{minor}_nccl_cxx{cxx_standard(host)}_sm90_nodebug"
+    std = cxx_standard(host)
+    key = f"horovod-0.28.1_torch-2.13.0+cu130_py3.{minor}_nccl_cxx{std}_sm90_nodebug_O0"
     wheel = host.file(f"/var/cache/gpustack/horovod-wheels/{key}/{record['wheel']}")
     assert wheel.is_file
     assert wheel.sha256sum == record["wheel_sha256"]

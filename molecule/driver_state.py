@@ -1,4 +1,4 @@
-"""Checks of the driver state shared by the driver scenarios (nvidia_driver, driver_pinned_older,
+"""Checks of the driver state shared by the driver tests (site's test_nvidia_driver.py,
 upgrade_driver, driver_distro_source). They read what dpkg, apt and systemd report."""
 
 import re
