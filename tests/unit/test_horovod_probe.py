@@ -68,6 +68,7 @@ def settings(**changes):
         "nccl_lib": "",
         "cuda_home": "/usr/local/cuda",
         "debug_info": True,
+        "optimize": True,
         "architecture": "x86_64",
         "check_mode": False,
     }
@@ -198,6 +199,14 @@ def test_without_debug_info_every_compile_ends_with_g0():
     plan = probe.decide(settings(debug_info=True), facts())
     assert "-g0" not in plan["cxx_flags"]
     assert plan["nvcc_host_flags"] == []
+
+
+def test_unoptimized_builds_end_every_compile_with_o0():
+    plan = probe.decide(settings(debug_info=False, optimize=False), facts())
+    assert plan["cxx_flags"][-2:] == ["-g0", "-O0"]
+    assert plan["nvcc_host_flags"] == ["-g0", "-O0"]
+    plan = probe.decide(settings(), facts())
+    assert "-O0" not in plan["cxx_flags"] + plan["nvcc_host_flags"]
 
 
 # ---- NCCL -------------------------------------------------------------------------------------
@@ -367,6 +376,13 @@ def test_only_builds_without_debug_info_say_so_in_key_and_record():
     assert "debug_info" not in plan["built_against"]
 
 
+def test_only_unoptimized_builds_say_so_in_key_and_record():
+    plan = probe.decide(settings(cuda_cc_list=["90"], debug_info=False, optimize=False), facts())
+    assert plan["key"] == "horovod-0.28.1_torch-2.13.0+cu130_py3.11_nccl_cxx17_sm90_nodebug_O0"
+    assert plan["built_against"]["optimize"] is False
+    assert "optimize" not in probe.decide(settings(cuda_cc_list=["90"]), facts())["built_against"]
+
+
 # The record the role wrote before the decisions moved into the probe (this repository's .venv,
 # a Gloo build against PyPI's CPU torch 2.13.0): still valid, so nothing is rebuilt.
 GLOO_RECORD = {
@@ -417,6 +433,11 @@ def test_a_changed_environment_is_rebuilt(changes):
 def test_a_build_without_debug_info_replaces_a_debug_build():
     f = gloo_facts(record=GLOO_RECORD, horovod_version="0.28.1")
     assert probe.decide(settings(gpu_operations="gloo", debug_info=False), f)["needs_install"]
+
+
+def test_an_unoptimized_build_replaces_an_optimized_one():
+    f = gloo_facts(record=GLOO_RECORD, horovod_version="0.28.1")
+    assert probe.decide(settings(gpu_operations="gloo", optimize=False), f)["needs_install"]
 
 
 def test_answer_carries_the_facts_and_one_outcome():

@@ -39,6 +39,7 @@ SETTINGS = (
     "nccl_lib",
     "cuda_home",
     "debug_info",
+    "optimize",
     "architecture",
     "check_mode",
 )
@@ -252,7 +253,7 @@ def cxx_standard(settings, facts, major):
     return std
 
 
-def cxx_flags(std, major, debug_info):
+def cxx_flags(std, major, debug_info, optimize=True):
     """What the compiler wrapper appends to each of Horovod's C++ compiles (see cxx.sh.j2).
 
     GCC honours the last -std= and the last -g level it is given, so appending overrides what
@@ -267,11 +268,12 @@ def cxx_flags(std, major, debug_info):
         # from g++ 10): its own span emulation assigns to a const member, which g++ >= 14
         # rejects under any standard.
         flags.append("-DFLATBUFFERS_USE_STD_SPAN")
-    return flags + debug_flags(debug_info)
+    return flags + build_flags(debug_info, optimize)
 
 
-def debug_flags(debug_info):
-    """-g0 negates the -g of Horovod's RelWithDebInfo build, for C++ and nvcc's host steps alike.
+def build_flags(debug_info, optimize=True):
+    """-g0 negates the -g of Horovod's RelWithDebInfo build, and -O0 its -O3, for C++ and nvcc's
+    host steps alike.
 
     Horovod 0.28.1's setup.py passes -DCMAKE_BUILD_TYPE=RelWithDebInfo (Debug with HOROVOD_DEBUG=1;
     nothing selects Release), whose flags are CMake's "-O2 -g -DNDEBUG" for g++ and nvcc
@@ -279,8 +281,13 @@ def debug_flags(debug_info):
     They come after CXXFLAGS on the command line, so only the wrapper's appended -g0 wins: GCC's
     manual, "Level 0 produces no debug information at all. Thus, -g0 negates -g." (all checked
     2026-11-25 in horovod/horovod v0.28.1, Kitware/CMake and gcc.gnu.org's Debugging Options.)
+    Likewise the appended -O0 wins over -O3: "If you use multiple -O options, with or without
+    level numbers, the last such option is the one that is effective" (GCC's Optimize Options, as
+    quoted in gcc.gnu.org/legacy-ml/gcc-patches/2001-03/msg01216.html; checked 2026-11-25).
+    Unoptimized host code, for builds that only show Horovod compiles and links (CI); nvcc's
+    device code keeps its own optimization.
     """
-    return [] if debug_info else ["-g0"]
+    return ([] if debug_info else ["-g0"]) + ([] if optimize else ["-O0"])
 
 
 def nccl_paths(settings, facts):
@@ -406,13 +413,17 @@ def decide(settings, facts):
         # the choice existed are debug builds and stay valid.
         built_against["debug_info"] = False
         key += "_nodebug"
+    if not settings["optimize"]:
+        # Likewise: only unoptimized builds say so, and never share a cache entry with the rest.
+        built_against["optimize"] = False
+        key += "_O0"
     record = facts["record"] or {}
     return {
         "operations": ops,
         "cxx_major": major,
         "cxx_standard": std,
-        "cxx_flags": cxx_flags(std, major, settings["debug_info"]),
-        "nvcc_host_flags": debug_flags(settings["debug_info"]),
+        "cxx_flags": cxx_flags(std, major, settings["debug_info"], settings["optimize"]),
+        "nvcc_host_flags": build_flags(settings["debug_info"], settings["optimize"]),
         "nccl": nccl,
         "cuda_ccs": ccs,
         "key": key,
