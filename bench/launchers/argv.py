@@ -2,11 +2,11 @@
 
 `torchrun_argv` is one node's torchrun agent (all nodes meet at a c10d rendezvous);
 `horovodrun_argv` is the one horovodrun that starts every rank (-H host:slots);
-`python_argv` is a process started without a launcher (DataParallel's single process, a
-TensorFlow worker on each node, which finds the others through TF_CONFIG); `per_gpu_argv` is
-the per-gpu launcher's spawner on each node, one independent rank per GPU. The local
-and multi-node backends call them with their own values: this machine and a free port, or the
-surveyed nodes' addresses.
+`node_argv` is one node's command line for a launch: one of those, a process started without a
+launcher (DataParallel's single process, a TensorFlow worker on each node, which finds the
+others through TF_CONFIG), or the per-gpu launcher's spawner on each node, one independent rank
+per GPU. The local and multi-node backends call it with their own values: this machine and a
+free port, or the surveyed nodes' addresses.
 
 Pure functions of their arguments: building a command changes nothing and starts nothing.
 """
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from bench.launcher_kinds import TENSORFLOW_PACKAGE
+from bench.launcher_kinds import TENSORFLOW_PACKAGE, Argv
 from bench.launchers.per_gpu import MODULE as PER_GPU_MODULE
 
 if TYPE_CHECKING:
@@ -207,15 +207,52 @@ def horovodrun_argv(
     return [*argv, python, "-m", module, *args]
 
 
-def python_argv(python: str, *, module: str, args: Sequence[str]) -> list[str]:
-    """A process started without a launcher, driving every GPU of its machine."""
-    return [python, "-m", module, *args]
-
-
-def per_gpu_argv(
-    python: str, *, gpus: int, first_slot: int, module: str, args: Sequence[str]
+def node_argv(
+    launch: Launch,
+    index: int,
+    tools: Tools,
+    *,
+    endpoint: str,
+    local_addr: str = "",
+    log_dir: str = "",
+    network_interfaces: str = "",
+    ssh_port: int | None = None,
+    ssh_identity_file: str | None = None,
 ) -> list[str]:
-    """One node's spawner (bench.launchers.per_gpu): `gpus` ranks, each a one-GPU run on its
-    own GPU, numbered from `first_slot` (the GPUs of the nodes before this one)."""
-    spawner = [python, "-m", PER_GPU_MODULE, "--gpus", str(gpus), "--first-slot", str(first_slot)]
-    return [*spawner, "--", python, "-m", module, *args]
+    """Node `index`'s command line for `launch`, the same on every backend: its torchrun agent
+    (meeting at `endpoint`; the first node hosts the store), the per-gpu spawner (the slots of
+    the nodes before it come first), the one process of a launcher without one, or horovodrun,
+    which the first node runs for every rank (its ssh options and interfaces)."""
+    node = launch.placement[index]
+    kind = launch.kind
+    module = ["-m", launch.module, *launch.args]
+    if kind.argv in (Argv.PLAIN, Argv.PER_NODE):  # no launcher: it drives its node's GPUs
+        return [tools.python_for(kind.framework), *module]
+    if kind.argv is Argv.PER_GPU:  # the spawner (bench.launchers.per_gpu), one rank per GPU
+        first_slot = sum(n.slots for n in launch.placement[:index])
+        gpus = ["--gpus", str(node.slots), "--first-slot", str(first_slot)]
+        return [tools.python, "-m", PER_GPU_MODULE, *gpus, "--", tools.python, *module]
+    if kind.argv is Argv.HOROVODRUN:
+        return horovodrun_argv(
+            tools.horovodrun,
+            tools.python,
+            np=launch.world_size,
+            hosts=launch.hosts,
+            module=launch.module,
+            args=launch.args,
+            network_interfaces=network_interfaces,
+            ssh_port=ssh_port,
+            ssh_identity_file=ssh_identity_file,
+        )
+    return torchrun_argv(
+        tools.python,
+        nnodes=launch.nodes,
+        nproc_per_node=node.slots,
+        endpoint=endpoint,
+        rdzv_id=launch.launch_id,
+        module=launch.module,
+        args=launch.args,
+        is_host=index == 0,
+        local_addr=local_addr,
+        log_dir=log_dir,
+    )

@@ -44,11 +44,8 @@ from bench.launchers.argv import (
     Unwrapped,
     Wrap,
     Wrapper,
-    horovodrun_argv,
-    per_gpu_argv,
-    python_argv,
+    node_argv,
     rendezvous_endpoint,
-    torchrun_argv,
 )
 from bench.launchers.multinode import MultiNodeResult, run_on_nodes
 from bench.launchers.on_node import MODULE as NODE_MODULE
@@ -246,13 +243,11 @@ class ClusterLauncher:
             # the interface holding 127.0.0.1 among --network-interfaces (runner/driver/
             # driver_service.py, get_local_interfaces): naming the node's own interface fails.
             nics = ",".join(self._interfaces(placement)) if len(placement) > 1 else ""
-            argv = horovodrun_argv(
-                self.tools.horovodrun,
-                self.tools.python,
-                np=launch.world_size,
-                hosts=format_hosts(placement),
-                module=launch.module,
-                args=launch.args,
+            argv = node_argv(
+                launch,
+                0,
+                self.tools,
+                endpoint="",
                 network_interfaces=nics,
                 ssh_port=self.ssh.port,
                 ssh_identity_file=self.ssh.identity_file,
@@ -280,46 +275,28 @@ class ClusterLauncher:
     def node_argv(
         self, launch: Launch, index: int, wrap: Wrap, log_dir: str
     ) -> tuple[list[str], dict[str, str]]:
-        """Node `index`'s command line and the variables only it gets: its torchrun agent, the
-        per-gpu spawner, or the one process of a launcher without one, with the TF_CONFIG that
-        names every node's worker at the address the others reach it on (on one node none:
-        MirroredStrategy)."""
-        placement = launch.placement
+        """Node `index`'s command line (bench.launchers.argv.node_argv) and the variables only
+        it gets: a TensorFlow worker's TF_CONFIG, naming every node's worker at the address the
+        others reach it on (on one node none: MirroredStrategy)."""
+        placement, own = launch.placement, {}
+        host = placement[index].host
         tools = wrap.tools(self.tools)
         if launch.kind.argv is Argv.PER_NODE:
-            own, host = {}, placement[index].host
             # the node's TensorFlow environment, as its survey found it (wrapped: the wrap's)
             found = self.infos[host].tensorflow_python or ""
             tools = wrap.tools(dataclasses.replace(self.tools, tensorflow=found))
             if launch.nodes > 1:
                 workers = [self._address(n.host) or n.host for n in placement]
                 own[TF_CONFIG_VAR] = tf_config(workers, self.cluster.rdzv_port, index)
-            python = tools.python_for(launch.kind.framework)
-            return python_argv(python, module=launch.module, args=launch.args), own
-        if launch.kind.argv is Argv.PER_GPU:  # the slots of the nodes before it come first
-            first_slot = sum(n.slots for n in placement[:index])
-            gpus = placement[index].slots
-            argv = per_gpu_argv(
-                tools.python,
-                gpus=gpus,
-                first_slot=first_slot,
-                module=launch.module,
-                args=launch.args,
-            )
-            return argv, {}
-        argv = torchrun_argv(
-            tools.python,
-            nnodes=launch.nodes,
-            nproc_per_node=placement[index].slots,
+        argv = node_argv(
+            launch,
+            index,
+            tools,
             endpoint=rendezvous_endpoint(placement[0].host, self.cluster.rdzv_port),
-            rdzv_id=launch.launch_id,
-            module=launch.module,
-            args=launch.args,
-            is_host=index == 0,
-            local_addr=self._address(placement[index].host),
+            local_addr=self._address(host),
             log_dir=log_dir,
         )
-        return argv, {}
+        return argv, own
 
     # ---- the launch
 

@@ -12,7 +12,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
-from bench.launcher_kinds import Argv
 from bench.launchers import (
     ExecResult,
     Launch,
@@ -26,11 +25,8 @@ from bench.launchers.argv import (
     Unwrapped,
     Wrapper,
     free_port,
-    horovodrun_argv,
-    per_gpu_argv,
-    python_argv,
+    node_argv,
     rendezvous_endpoint,
-    torchrun_argv,
 )
 from bench.launchers.stop import STOP, StopPolicy, stop_tree
 from bench.machine import tensorflow_env
@@ -146,38 +142,8 @@ class LocalLauncher:
             )
         env = rank_environment(launch.threads_per_rank, launch.device, launch.sweep_id)
         wrap = self.wrapper.around(launch)
-        tools = wrap.tools(self.tools)
-        if launch.kind.argv in (Argv.PLAIN, Argv.PER_NODE):  # one node: no TF_CONFIG needed
-            python = tools.python_for(launch.kind.framework)
-            argv = python_argv(python, module=launch.module, args=launch.args)
-        elif launch.kind.argv is Argv.PER_GPU:
-            argv = per_gpu_argv(
-                tools.python,
-                gpus=launch.world_size,
-                first_slot=0,
-                module=launch.module,
-                args=launch.args,
-            )
-        elif launch.kind.argv is Argv.HOROVODRUN:
-            argv = horovodrun_argv(
-                tools.horovodrun,
-                tools.python,
-                np=launch.world_size,
-                hosts=format_hosts(launch.placement),
-                module=launch.module,
-                args=launch.args,
-            )
-        else:
-            argv = torchrun_argv(
-                tools.python,
-                nnodes=1,
-                nproc_per_node=launch.world_size,
-                endpoint=rendezvous_endpoint(LOCAL_HOST, port or free_port()),
-                rdzv_id=launch.launch_id,
-                module=launch.module,
-                args=launch.args,
-                is_host=True,
-            )
+        endpoint = rendezvous_endpoint(LOCAL_HOST, port or free_port())
+        argv = node_argv(launch, 0, wrap.tools(self.tools), endpoint=endpoint)
         return wrap.command(NodeCommand(LOCAL_HOST, tuple(argv), env), bench_root=str(REPO_ROOT))
 
     def run(self, spec: RunSpec | ProbeSpec, timeout_s: float, log_path: Path) -> ExecResult:

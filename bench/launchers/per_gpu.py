@@ -1,5 +1,5 @@
 """`python -m bench.launchers.per_gpu --gpus N --first-slot K -- COMMAND...`: the per-gpu
-launcher's process on each node (its command line: bench.launchers.argv.per_gpu_argv).
+launcher's process on each node (its command line: bench.launchers.argv.node_argv).
 
 It starts COMMAND once per GPU of the node, all at once, each pinned to its GPU as torchrun pins
 a rank (LOCAL_RANK=i; bench.rank.engines sets the device) in a world of its own (RANK=0,
