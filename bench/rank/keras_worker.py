@@ -402,21 +402,18 @@ def main(argv: list[str] | None = None) -> int:
             tensorflow_path=os.path.dirname(tf.__file__),
         ),
     )
-    reports = ranks.gather(dataclasses.asdict(report))
-    if index == 0:
-        run = wire.RunReport(
-            run_id=spec.run_id,
-            backend=place.backend,
-            world_size=workers,  # processes: images_per_rank x world_size = all images
-            gradient_bytes=sum(
-                int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize
-                for v in training.model.trainable_variables
-            ),
-            images_per_rank=images_per_step * timed_steps,
-            timed_steps=timed_steps,
-            ranks=[wire.RankReport(**r) for r in reports],
-        )
-        wire.emit(spec.run_id, run.to_dict())
+    run = wire.RunReport(
+        run_id=spec.run_id,
+        backend=place.backend,
+        world_size=workers,  # processes: images_per_rank x world_size = all images
+        gradient_bytes=sum(
+            int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize
+            for v in training.model.trainable_variables
+        ),
+        images_per_rank=images_per_step * timed_steps,
+        timed_steps=timed_steps,
+    )
+    wire.send(ranks.gather, report, run, first=index == 0)
     return 0
 
 

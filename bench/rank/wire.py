@@ -16,6 +16,7 @@ import json
 import os
 import re
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,7 +78,7 @@ class RunReport:
     world_size: int
     gradient_bytes: int
     images_per_rank: int
-    ranks: list[RankReport]
+    ranks: list[RankReport] = field(default_factory=list)  # every rank's (`send` adds them)
     timed_steps: int | None = None  # steps in the timed window (fills --timed-seconds)
 
     def to_dict(self) -> dict[str, Any]:
@@ -88,6 +89,22 @@ class RunReport:
         fields = dict(data)
         fields["ranks"] = [RankReport(**r) for r in data["ranks"]]
         return cls(**fields)
+
+
+def send(
+    gather: Callable[[Any], list[Any]],
+    report: RankReport,
+    run: RunReport,
+    *,
+    first: bool,
+    slot: int | None = None,
+) -> None:
+    """Every rank's `report` to the first rank, which prints `run` with all of them for the
+    launcher (marked with `result_id(run.run_id, slot)`). gather: the ranks' all-gather; it
+    carries each report as a dict (TensorFlow's goes through JSON)."""
+    reports = [RankReport(**r) for r in gather(dataclasses.asdict(report))]
+    if first:
+        emit(result_id(run.run_id, slot), dataclasses.replace(run, ranks=reports).to_dict())
 
 
 def encode(run_id: str, payload: dict[str, Any], chunk_chars: int = CHUNK_CHARS) -> list[str]:

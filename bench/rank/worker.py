@@ -270,34 +270,19 @@ def main(argv: list[str] | None = None) -> int:
         profile=profile,
         runtime=wire.runtime(torch=torch.__version__, torch_path=os.path.dirname(torch.__file__)),
     )
-    send_report(spec, engine, info, training.gradient_bytes, timed_steps, report)
+    images_per_step = spec.batch_per_gpu * info.devices * spec.variant.grad_accum
+    run = wire.RunReport(
+        run_id=spec.run_id,
+        backend=info.backend,
+        world_size=info.world_size,
+        gradient_bytes=training.gradient_bytes,
+        images_per_rank=images_per_step * timed_steps,
+        timed_steps=timed_steps,
+    )
+    wire.send(engine.gather, report, run, first=info.rank == 0, slot=info.slot)
     del training  # release the model and loader (its worker processes) before exit_rank
     engine.shutdown()
     return 0
-
-
-def send_report(
-    spec: RunSpec,
-    engine: engines.Engine,
-    info: engines.DistInfo,
-    grad_bytes: int,
-    timed_steps: int,
-    report: wire.RankReport,
-) -> None:
-    """Every rank's report to rank 0, which prints the run's for the launcher."""
-    reports = engine.gather(report)
-    images_per_step = spec.batch_per_gpu * info.devices * spec.variant.grad_accum
-    if info.rank == 0:
-        run = wire.RunReport(
-            run_id=spec.run_id,
-            backend=info.backend,
-            world_size=info.world_size,
-            gradient_bytes=grad_bytes,
-            images_per_rank=images_per_step * timed_steps,
-            timed_steps=timed_steps,
-            ranks=reports,
-        )
-        wire.emit(wire.result_id(spec.run_id, info.slot), run.to_dict())
 
 
 if __name__ == "__main__":

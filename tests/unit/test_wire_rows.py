@@ -56,6 +56,28 @@ def test_wire_detects_missing_chunks_and_other_runs() -> None:
     assert wire.decode(REPORT.run_id, "no result here") is None
 
 
+def test_send_prints_every_ranks_report_from_the_first_rank_only(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    ranks = REPORT.ranks
+    # the ranks' all-gather, through JSON as TensorFlow's (bench.rank.keras_worker.Ranks)
+    gathered = [json.loads(json.dumps(dataclasses.asdict(r))) for r in ranks]
+    seen = []
+
+    def gather(mine: object) -> list[object]:
+        seen.append(mine)
+        return gathered
+
+    run = dataclasses.replace(REPORT, ranks=[])  # what each rank builds
+    wire.send(gather, ranks[1], run, first=False)
+    assert capfd.readouterr().out == ""
+    wire.send(gather, ranks[0], run, first=True, slot=3)
+    out = capfd.readouterr().out
+    assert seen == [dataclasses.asdict(ranks[1]), dataclasses.asdict(ranks[0])]
+    assert wire.decode(REPORT.run_id, out) is None  # a per-gpu rank's result is its slot's
+    assert wire.RunReport.from_dict(wire.decode(wire.result_id(REPORT.run_id, 3), out)) == REPORT
+
+
 def test_wire_lines_stay_below_pipe_buf() -> None:
     big = {"steps": [0.123456789] * 20_000}
     assert all(len(line) + 1 < 4096 for line in wire.encode("r", big))
