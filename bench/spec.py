@@ -25,7 +25,6 @@ from bench.launcher_kinds import launcher_kind
 from bench.rank.loaders import LOADERS  # input pipelines for --data DIR (torch-free registry)
 
 PRECISIONS = ("fp32", "tf32", "amp-fp16", "amp-bf16")
-MEMORY_FORMATS = ("nchw", "channels_last")
 LOCAL_HOST = "localhost"
 SYNTHETIC = "synthetic"
 NO_LOADER = "none"  # the loader of synthetic data (made on the device)
@@ -372,16 +371,6 @@ class Workload:
     )
 
 
-def _encode(data: dict[str, Any]) -> str:
-    """One shell-safe argument (URL-safe base64 of JSON): survives ssh and horovodrun."""
-    raw = json.dumps(data, separators=(",", ":")).encode()
-    return base64.urlsafe_b64encode(raw).decode("ascii")
-
-
-def _decode(text: str) -> dict[str, Any]:
-    return dict(json.loads(base64.urlsafe_b64decode(text.encode("ascii"))))
-
-
 class Sent(Placed):
     """A spec a rank is started with (--spec, one shell-safe argument): a run or a probe."""
 
@@ -393,11 +382,13 @@ class Sent(Placed):
         return cls(**{**data, "placement": tuple(HostSlots(**h) for h in data["placement"])})
 
     def encode(self) -> str:
-        return _encode(self.to_dict())
+        """One shell-safe argument (URL-safe base64 of JSON): survives ssh and horovodrun."""
+        raw = json.dumps(self.to_dict(), separators=(",", ":")).encode()
+        return base64.urlsafe_b64encode(raw).decode("ascii")
 
     @classmethod
     def decode(cls, text: str) -> Self:
-        return cls.from_dict(_decode(text))
+        return cls.from_dict(json.loads(base64.urlsafe_b64decode(text.encode("ascii"))))
 
 
 @dataclass(frozen=True)
