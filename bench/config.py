@@ -213,11 +213,9 @@ class BenchConfig(ImageKnobs):
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> BenchConfig:
         fields = dict(data)
-        fields["gpu_counts"] = tuple(fields["gpu_counts"])
-        fields["launchers"] = tuple(fields["launchers"])
         fields["claim"] = tuple((int(n), float(s)) for n, s in fields["claim"])
-        for name, k in knobs(ImageKnobs):
-            fields[name] = tuple(fields[name]) if k.many else fields[name]
+        for name in (name for name, k in knobs(cls) if k.many):  # --gpus, --launchers, ...
+            fields[name] = tuple(fields[name])
         fields["workload"] = Workload(**fields["workload"])
         fields["axes"] = {name: tuple(values) for name, values in fields["axes"].items()}
         cluster = fields.get("cluster")
