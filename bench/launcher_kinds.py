@@ -42,23 +42,26 @@ class Argv(enum.Enum):
 
 @dataclass(frozen=True)
 class LauncherKind:
+    """One launcher. Its capabilities default to a torch launcher's with one rank process per
+    GPU (DDP's, less fp16 compression); each kind below states where it differs."""
+
     name: str  # the --launchers value and the rows' launcher column
     title: str  # how the report names it
     description: str  # what it is, in --help
     argv: Argv
     engine: str  # what wraps model and optimizer (torch: bench.rank.engines.ENGINES' name)
-    components: tuple[str, ...]  # the packages it imports on every node, its framework first
-    multi_node: bool  # can span --hosts/--hostfile/--slurm nodes
-    process_per_gpu: bool  # one rank process per GPU; False: one process drives every GPU
-    compile: bool  # --compile applies under it
-    fp16_allreduce: bool  # --fp16-allreduce compresses the gradients it exchanges
+    components: tuple[str, ...] = (TORCH_PACKAGE,)  # what it imports on every node, framework first
+    multi_node: bool = True  # can span --hosts/--hostfile/--slurm nodes
+    process_per_gpu: bool = True  # one rank process per GPU; False: one process drives every GPU
+    compile: bool = True  # --compile applies under it
+    fp16_allreduce: bool = False  # --fp16-allreduce compresses the gradients it exchanges
     # Its launcher starts the other nodes' ranks itself, over ssh (horovodrun), rather than
     # one process per node being started through the sweep's site.
-    ssh_to_other_nodes: bool
+    ssh_to_other_nodes: bool = False
     # Gradients are exchanged once per optimizer step, after the last accumulated micro-batch;
     # False: after every backward pass (DataParallel sums the replicas' gradients onto GPU 0).
-    exchange_per_step: bool
-    default: bool  # in the sweep when --launchers is not given
+    exchange_per_step: bool = True
+    default: bool = False  # in the sweep when --launchers is not given
     module: str = TORCH_RANK  # its ranks' entry point
 
     @property
@@ -86,13 +89,7 @@ DDP = LauncherKind(
     description="torchrun",
     argv=Argv.TORCHRUN,
     engine="DistributedDataParallel",
-    components=(TORCH_PACKAGE,),
-    multi_node=True,
-    process_per_gpu=True,
-    compile=True,
     fp16_allreduce=True,
-    ssh_to_other_nodes=False,
-    exchange_per_step=True,
     default=True,
 )
 HOROVOD = LauncherKind(
@@ -102,12 +99,8 @@ HOROVOD = LauncherKind(
     argv=Argv.HOROVODRUN,
     engine="DistributedOptimizer",
     components=(TORCH_PACKAGE, HOROVOD_PACKAGE),
-    multi_node=True,
-    process_per_gpu=True,
-    compile=True,
     fp16_allreduce=True,
     ssh_to_other_nodes=True,
-    exchange_per_step=True,
     default=True,
 )
 # torch.nn.DataParallel, the baseline DDP is measured against; opt-in.
@@ -117,14 +110,10 @@ DP = LauncherKind(
     description="torch.nn.DataParallel: one process driving the GPUs of one machine",
     argv=Argv.PLAIN,
     engine="DataParallel",
-    components=(TORCH_PACKAGE,),
     multi_node=False,
     process_per_gpu=False,
     compile=False,
-    fp16_allreduce=False,
-    ssh_to_other_nodes=False,
     exchange_per_step=False,
-    default=False,
 )
 
 # Keras 3 on tf.distribute: MirroredStrategy over a node's GPUs in one process, and
@@ -137,13 +126,9 @@ TF = LauncherKind(
     argv=Argv.PER_NODE,
     engine="MirroredStrategy",
     components=(TENSORFLOW_PACKAGE,),
-    multi_node=True,
     process_per_gpu=False,
     compile=True,  # --compile on: XLA (jit_compile) per replica
-    fp16_allreduce=False,
     ssh_to_other_nodes=False,  # a worker on each node, started through the site
-    exchange_per_step=True,
-    default=False,
     module=TENSORFLOW_RANK,
 )
 
@@ -156,14 +141,8 @@ PER_GPU = LauncherKind(
     description="the one-GPU run on every GPU at once, no communication; flags slow GPUs",
     argv=Argv.PER_GPU,
     engine="Independent",
-    components=(TORCH_PACKAGE,),
-    multi_node=True,
-    process_per_gpu=True,
-    compile=True,
-    fp16_allreduce=False,
     ssh_to_other_nodes=False,  # a spawner on each node, started through the site
     exchange_per_step=False,  # nothing is exchanged
-    default=False,
 )
 
 LAUNCHER_KINDS: dict[str, LauncherKind] = {k.name: k for k in (DDP, HOROVOD, DP, TF, PER_GPU)}
