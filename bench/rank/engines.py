@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import inspect
 import os
-import sys
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -80,25 +79,8 @@ class Engine(ABC):
         return [obj]
 
     def shutdown(self) -> None:
-        """Release the collectives (a rank process then ends with exit_rank)."""
+        """Release the collectives (a rank process then ends with lifeline.exit_rank)."""
         return  # a lone process holds none
-
-
-def exit_rank(code: int) -> NoReturn:
-    """End a rank process after its last collective, without finalizing the interpreter.
-
-    Gloo's worker threads can still hold the last reference to a finished collective's tensors
-    when the main thread returns. Releasing them needs the GIL, and a thread that asks for it
-    while the interpreter finalizes aborts the process ("terminate called without an active
-    exception", SIGABRT) after a run that succeeded. destroy_process_group() does not join
-    those threads once DDP has wrapped a model: torch 2.13 keeps references to the group. On
-    the 2-core CPU VM, 2-rank runs of tests/integration/engine_check.py ended that way in 2 of
-    40 and 1 of 21 launches. A rank has nothing left to do after shutdown(): it flushes its
-    output and leaves.
-    """
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
 
 
 def _device(device_type: str, local_rank: int) -> torch.device:

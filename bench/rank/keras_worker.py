@@ -21,7 +21,6 @@ import json
 import os
 import resource
 import socket
-import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -31,6 +30,7 @@ import numpy as np
 import tensorflow as tf
 
 from bench.rank import faults, timing, wire
+from bench.rank.lifeline import exit_rank
 from bench.rank.loaders.folder import list_images
 from bench.rank.telemetry import GpuSampler, merge_telemetry, visible_nvml_handle
 from bench.rank.tf_rules import (
@@ -418,9 +418,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    code = main()
-    # Leave without finalizing the interpreter: TensorFlow's collective and gRPC threads may
-    # still be winding down (bench.rank.engines.exit_rank does the same for torch's gloo).
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    exit_rank(main())

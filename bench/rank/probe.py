@@ -16,7 +16,8 @@ import torch
 import torch.distributed as dist
 
 from bench.rank import wire
-from bench.rank.engines import DdpEngine, exit_rank
+from bench.rank.engines import DdpEngine
+from bench.rank.lifeline import exit_rank
 from bench.rank.profiling import synchronize
 from bench.spec import ProbeSpec
 

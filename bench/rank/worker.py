@@ -25,6 +25,7 @@ import torch
 from bench.rank import engines, faults, timing, wire
 from bench.rank.checkpointing import checkpoint_stages
 from bench.rank.data import Batch, loader_rate, make_batches
+from bench.rank.lifeline import exit_rank
 from bench.rank.loaders import LoaderRequest, loader_named
 from bench.rank.models import build_model, gradient_bytes
 from bench.rank.profiling import nvtx_range, profile_steps, synchronize
@@ -286,4 +287,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    engines.exit_rank(main())
+    exit_rank(main())

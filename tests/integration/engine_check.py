@@ -18,6 +18,7 @@ import sys
 import torch
 
 from bench.rank import engines, worker
+from bench.rank.lifeline import exit_rank
 from bench.spec import Workload
 
 STEPS = 3
@@ -126,4 +127,4 @@ def main(launcher: str, layout: str, mode: str) -> None:
 
 if __name__ == "__main__":
     main(*sys.argv[1:4])
-    engines.exit_rank(0)  # as bench.rank.worker ends
+    exit_rank(0)  # as bench.rank.worker ends

@@ -212,10 +212,10 @@ def test_fp32_means_ieee_unless_tf32_is_asked_for() -> None:
 
 
 def test_exit_rank_flushes_what_the_rank_printed_and_keeps_the_code() -> None:
-    # A rank leaves with os._exit (no interpreter finalization, see engines.exit_rank): its
+    # A rank leaves with os._exit (no interpreter finalization, see lifeline.exit_rank): its
     # buffered output (the report on stdout, warnings on stderr) must still arrive.
     code = (
-        "import sys; from bench.rank.engines import exit_rank; "
+        "import sys; from bench.rank.lifeline import exit_rank; "
         "print('report', end=''); print('warned', end='', file=sys.stderr); exit_rank(3)"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
