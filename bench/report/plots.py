@@ -114,7 +114,8 @@ def _draw(
             )
 
 
-def _finish(ax: Any, points: Sequence[ScalingPoint], ylabel: str, title: str) -> None:
+def _finish(ax: Any, points: Sequence[ScalingPoint], ylabel: str, title: str, path: Path) -> None:
+    """Axes, labels, caption and legend of a scaling plot, written to `path`."""
     cpu = any(p.cpu for p in points)
     counts = sorted({p.gpus for p in points})
     if counts:
@@ -129,17 +130,14 @@ def _finish(ax: Any, points: Sequence[ScalingPoint], ylabel: str, title: str) ->
         ax.legend(fontsize=8)
     else:
         ax.text(0.5, 0.5, "no successful runs", ha="center", va="center", transform=ax.transAxes)
-
-
-def _save(fig: Any, path: Path) -> None:
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    ax.figure.tight_layout(rect=(0, 0.03, 1, 1))
+    ax.figure.savefig(path, dpi=120)
+    plt.close(ax.figure)
 
 
 def plot_throughput(points: Sequence[ScalingPoint], path: Path) -> tuple[float, float]:
     """img/s (mean of launches) per series with its ideal; returns the y-axis limits."""
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    _, ax = plt.subplots(figsize=(7, 4.5))
     limits = throughput_axis(points)
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     cpu = any(p.cpu for p in points)
@@ -157,14 +155,13 @@ def plot_throughput(points: Sequence[ScalingPoint], path: Path) -> tuple[float, 
                 label=f"ideal ({key[0]}: {what})",
             )
     ax.set_ylim(*limits)
-    _finish(ax, points, "images/s (mean of launches)", "Training throughput")
-    _save(fig, path)
+    _finish(ax, points, "images/s (mean of launches)", "Training throughput", path)
     return limits
 
 
 def plot_efficiency(points: Sequence[ScalingPoint], path: Path) -> tuple[float, float]:
     """Efficiency vs the ideal per series with the allreduce ceiling; returns the y-axis limits."""
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    _, ax = plt.subplots(figsize=(7, 4.5))
     limits = efficiency_axis(points)
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     ax.axhline(1.0, color="grey", linestyle="--", linewidth=1, label="ideal (100 %)")
@@ -183,6 +180,5 @@ def plot_efficiency(points: Sequence[ScalingPoint], path: Path) -> tuple[float, 
                 label=f"allreduce ceiling ({key[0]})",
             )
     ax.set_ylim(*limits)
-    _finish(ax, points, "efficiency = speed-up / ideal speed-up", "Scaling efficiency")
-    _save(fig, path)
+    _finish(ax, points, "efficiency = speed-up / ideal speed-up", "Scaling efficiency", path)
     return limits
