@@ -25,11 +25,9 @@ wrap (`around`): every backend builds its torchrun/horovodrun argv as on the hos
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import os
 import re
-import subprocess
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -38,6 +36,7 @@ from typing import Any
 
 from bench.launchers import FORWARDED_PREFIXES, RUN_TAG_VAR, Launch
 from bench.launchers.argv import BARE, NodeCommand, Tools, Wrap
+from bench.launchers.sites import run_here
 from bench.launchers.stop import STOP, StopPolicy
 from bench.paths import bench_pythonpath
 from bench.spec import RunSpec, knob
@@ -108,21 +107,8 @@ def container_name(launch_id: str, unique: str = "") -> str:
 # ---------------------------------------------------------------- stopping a launch's container
 
 
-def _quiet(argv: list[str]) -> None:
-    with contextlib.suppress(OSError, subprocess.TimeoutExpired):
-        subprocess.run(argv, capture_output=True, timeout=60, check=False)
-
-
 def _container_running(name: str, docker: str) -> bool:
-    try:
-        done = subprocess.run(
-            [docker, "inspect", "--format", "{{.State.Running}}", name],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return False
+    done = run_here([docker, "inspect", "--format", "{{.State.Running}}", name], 30)
     return done.returncode == 0 and done.stdout.strip() == "true"
 
 
@@ -132,13 +118,13 @@ def stop_container(name: str, policy: StopPolicy = STOP, docker: str = "docker")
     `docker rm --force`, so no container outlives its launch (docker run --rm removes it only
     when it exits; killing the docker CLI does not stop it)."""
     first, last = policy.signal_names()
-    _quiet([docker, "kill", f"--signal={first}", name])
+    run_here([docker, "kill", f"--signal={first}", name], 60)  # a failure is seen below
     deadline = time.monotonic() + policy.grace_s
     while time.monotonic() < deadline and _container_running(name, docker):
         time.sleep(0.2)
     if _container_running(name, docker):
-        _quiet([docker, "kill", f"--signal={last}", name])
-    _quiet([docker, "rm", "--force", name])
+        run_here([docker, "kill", f"--signal={last}", name], 60)
+    run_here([docker, "rm", "--force", name], 60)
 
 
 @dataclass(frozen=True)
