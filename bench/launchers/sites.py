@@ -228,12 +228,7 @@ def slurm_allocation(
             "(no SLURM_JOB_ID/SLURM_JOB_NODELIST): submit it with sbatch (bench/README.md has "
             "the script), or run it from `salloc --nodes=N --exclusive`"
         )
-    try:
-        done = subprocess.run(
-            [scontrol, "show", "hostnames", nodelist], capture_output=True, text=True, timeout=60
-        )
-    except (OSError, subprocess.TimeoutExpired) as err:
-        raise NoAllocationError(f"scontrol show hostnames {nodelist}: {err}") from None
+    done = run_here([scontrol, "show", "hostnames", nodelist], 60)
     nodes = done.stdout.split()
     if done.returncode != 0 or not nodes:
         why = last_line(done.stderr or done.stdout)
