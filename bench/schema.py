@@ -202,10 +202,6 @@ def from_records(records: Iterable[Mapping[str, Any]], cls: type[Row]) -> list[R
     return [cls(**{n: _cell(r.get(n), kind) for n, kind in kinds.items()}) for r in records]
 
 
-def from_frame(frame: pd.DataFrame, cls: type[Row]) -> list[Row]:
-    return from_records(frame.to_dict(orient="records"), cls)
-
-
 def to_table(rows: list[Row], cls: type[Row]) -> pa.Table:
     return pa.Table.from_pandas(to_frame(rows, cls), schema=arrow_schema(cls), preserve_index=False)
 
