@@ -14,7 +14,7 @@ from bench import stats
 from bench.rank.telemetry import SLOWDOWN_REASONS
 from bench.report.comparison import flop_bounds
 from bench.report.epochs import claim_fit, fit_text, measured_fits
-from bench.report.summary import ScalingPoint, rows_of
+from bench.report.summary import ScalingPoint, counted, rows_of
 from bench.report.tables import num, pct
 from bench.schema import RunRow
 
@@ -60,8 +60,7 @@ def loader_section(points: Sequence[ScalingPoint], runs: Sequence[RunRow]) -> li
 
 
 def label(p: ScalingPoint) -> str:
-    unit = "rank" if p.cpu else "GPU"
-    text = f"{p.launcher} {p.variant} at {p.gpus} {unit}" + ("s" if p.gpus > 1 else "")
+    text = f"{p.launcher} {p.variant} at {counted(p.gpus, 'rank' if p.cpu else 'GPU')}"
     return text + (f" on {p.nodes} nodes" if p.nodes > 1 else "")
 
 

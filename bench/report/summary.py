@@ -58,19 +58,21 @@ class ScalingPoint:
 
     @property
     def placement(self) -> str:
+        gpus, threads = counted(self.gpus, "GPU"), counted(self.threads_per_rank, "thread")
         if not launcher_kind(self.launcher).process_per_gpu:  # one process, whatever it drives
-            threads = f"{self.threads_per_rank} thread" + ("s" if self.threads_per_rank > 1 else "")
-            gpus = f"{self.gpus} GPU" + ("s" if self.gpus > 1 else "")
             return f"1 process x {threads}" if self.cpu else f"1 process driving {gpus}"
         if not self.cpu:
-            return f"{self.gpus} GPU" + ("s" if self.gpus > 1 else "")
-        ranks = f"{self.gpus} rank" + ("s" if self.gpus > 1 else "")
-        threads = f"{self.threads_per_rank} thread" + ("s" if self.threads_per_rank > 1 else "")
-        cores = self.ranks_per_node * self.threads_per_rank
-        text = f"{ranks} x {threads}"
+            return gpus
+        text = f"{counted(self.gpus, 'rank')} x {threads}"
         if self.shares_cores:
+            cores = self.ranks_per_node * self.threads_per_rank
             text += f", sharing {cores} cores" + (" per node" if self.nodes > 1 else "")
         return text
+
+
+def counted(n: int, noun: str) -> str:
+    """ "1 GPU", "2 GPUs"."""
+    return f"{n} {noun}" + ("s" if n > 1 else "")
 
 
 def compute_units(row: RunRow) -> float:
