@@ -74,32 +74,18 @@ def _value_type(k: Knob) -> Callable[[str], Any]:
 
 def add_knob(group: Any, name: str, k: Knob) -> None:
     """One option from its declaration: the help states the default once, in words."""
-    help_text = f"{k.help} (default: {k.default_words()})"
-    action = "append" if k.repeat else "store"
     if k.switch:
-        group.add_argument(
-            k.flag,
-            dest=name,
-            action="store_const",
-            const=not k.default,
-            default=None,
-            help=help_text,
-        )
-        return
-    if k.values is not None:
-        metavar = "{" + ",".join(k.values) + "}"
-    else:  # named after the option, not the field: --steps N, --gpus N[,N...]
-        metavar = k.flag.removeprefix("--").upper().replace("-", "_")
-        metavar += f"[,{metavar}...]" if k.many else ""
-    group.add_argument(
-        k.flag,
-        dest=name,
-        action=action,
-        type=_value_type(k),
-        default=None,
-        metavar=metavar,
-        help=help_text,
-    )
+        options: dict[str, Any] = {"action": "store_const", "const": not k.default}
+    else:
+        if k.values is not None:
+            metavar = "{" + ",".join(k.values) + "}"
+        else:  # named after the option, not the field: --steps N, --gpus N[,N...]
+            metavar = k.flag.removeprefix("--").upper().replace("-", "_")
+            metavar += f"[,{metavar}...]" if k.many else ""
+        action = "append" if k.repeat else "store"
+        options = {"action": action, "type": _value_type(k), "metavar": metavar}
+    help_text = f"{k.help} (default: {k.default_words()})"
+    group.add_argument(k.flag, dest=name, default=None, help=help_text, **options)
 
 
 def add_knobs(group: Any, cls: type) -> None:
