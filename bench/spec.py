@@ -12,6 +12,7 @@ column of the results row (unless `row=False`); sweep.json stores it for --resum
 
 from __future__ import annotations
 
+import argparse
 import base64
 import dataclasses
 import inspect
@@ -389,6 +390,13 @@ class Sent(Placed):
     @classmethod
     def decode(cls, text: str) -> Self:
         return cls.from_dict(json.loads(base64.urlsafe_b64decode(text.encode("ascii"))))
+
+    @classmethod
+    def from_argv(cls, argv: Sequence[str] | None, description: str | None) -> Self:
+        """The spec a rank process was started with, its one option (bench.launchers.launch_of)."""
+        parser = argparse.ArgumentParser(description=description)
+        parser.add_argument("--spec", required=True, help=f"{cls.__name__}.encode() of the launch")
+        return cls.decode(parser.parse_args(argv).spec)
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,6 @@ here is a worker process: its report counts the images of all its replicas.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import itertools
 import json
@@ -360,9 +359,7 @@ def refusal(spec: RunSpec, workers: int) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--spec", required=True, help="RunSpec.encode() of the run")
-    spec = RunSpec.decode(parser.parse_args(argv).spec)
+    spec = RunSpec.from_argv(argv, __doc__)
     index, workers = worker_of()
     reason = refusal(spec, workers)
     if reason:

@@ -8,7 +8,6 @@ measured compute time of a step, into the efficiency ceiling communication allow
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 
@@ -25,9 +24,7 @@ WARMUP = 3
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--spec", required=True, help="ProbeSpec.encode() of the probe")
-    spec = ProbeSpec.decode(parser.parse_args(argv).spec)
+    spec = ProbeSpec.from_argv(argv, __doc__)
     torch.set_num_threads(spec.threads_per_rank)
     engine = DdpEngine()
     info = engine.init(spec.device)

@@ -9,7 +9,6 @@ traced (bench.rank.profiling); NVTX ranges mark the phases and steps on GPUs.
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import os
 import resource
@@ -229,9 +228,7 @@ def after_window(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--spec", required=True, help="RunSpec.encode() of the run")
-    spec = RunSpec.decode(parser.parse_args(argv).spec)
+    spec = RunSpec.from_argv(argv, __doc__)
     torch.set_num_threads(spec.threads_per_rank)
     torch.manual_seed(spec.workload.seed)
     engine = engines.create(spec.launcher, spec.world_size, spec.workload.compile_ddp_split)

@@ -36,7 +36,7 @@ from bench.launchers.stop import (
     stop_tree,
 )
 from bench.plan import local_placement, plan_probes, plan_sweep
-from bench.spec import HostSlots, RunSpec
+from bench.spec import HostSlots, ProbeSpec, RunSpec
 
 TOOLS = Tools(python="/venv/bin/python", horovodrun="/venv/bin/horovodrun")
 QUICK = StopPolicy(grace_s=1.0)
@@ -158,9 +158,11 @@ def test_a_spec_is_read_once_into_a_launch() -> None:
     launch = launch_of(ddp)
     assert (launch.launch_id, launch.launcher, launch.module) == (ddp.run_id, "ddp", TORCH_RANK)
     assert RunSpec.decode(launch.args[1]) == ddp and launch.args[0] == "--spec"
+    assert RunSpec.from_argv(launch.args, None) == ddp  # as the rank reads its command line
     assert launch_of(hvd).launcher == "horovod"
     (probe,) = plan_probes(config, "s", local_placement(2), 2)
     assert (launch_of(probe).launcher, launch_of(probe).module) == ("ddp", PROBE_MODULE)
+    assert ProbeSpec.from_argv(launch_of(probe).args, None) == probe
 
 
 def test_rank_environment_sets_threads_for_both_launchers(monkeypatch: pytest.MonkeyPatch) -> None:
