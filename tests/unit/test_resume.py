@@ -73,14 +73,24 @@ def test_resume_stops_what_an_earlier_controller_left_and_takes_the_lock(
 ) -> None:
     sweep_id = f"sweep-{uuid.uuid4().hex[:8]}"
     saved_sweep(tmp_path / "s", sweep_id)
-    # a rank an earlier controller left: it carries the sweep's tag and ignores SIGTERM
-    code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)"
+    # a rank an earlier controller left: it carries the sweep's tag and ignores SIGTERM; it says
+    # so once the handler is in place (on a loaded machine a SIGTERM could otherwise come first)
+    code = (
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN);"
+        " print('ignoring SIGTERM', flush=True); time.sleep(120)"
+    )
     env = {**os.environ, SWEEP_TAG_VAR: sweep_id}
-    left = subprocess.Popen([sys.executable, "-c", code], env=env)
+    left = subprocess.Popen(
+        [sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True
+    )
     other = subprocess.Popen(
-        [sys.executable, "-c", code], env={**os.environ, SWEEP_TAG_VAR: sweep_id + "-other"}
+        [sys.executable, "-c", code],
+        env={**os.environ, SWEEP_TAG_VAR: sweep_id + "-other"},
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
+        assert [p.stdout.readline() for p in (left, other)] == ["ignoring SIGTERM\n"] * 2
         argv = ["--resume", str(tmp_path / "s")]
         saved = open_saved(parse_request(argv), argv, StopPolicy(grace_s=0.5))
         assert saved is not None
@@ -90,6 +100,7 @@ def test_resume_stops_what_an_earlier_controller_left_and_takes_the_lock(
         for proc in (left, other):
             proc.kill()
             proc.wait()
+            proc.stdout.close()
     err = capsys.readouterr().err
     assert f"stopped 1 process(es) an earlier controller left: {left.pid}" in err
     holder = read_holder(tmp_path / "s" / LOCK_NAME)
