@@ -117,18 +117,8 @@ def test_repository_key_is_the_distros_own(host, distro, compat, fingerprints):
         assert keys[name] != keys["3bf863cc.pub"]
 
 
-def test_persistence_daemon_running(host):
-    service = host.service("nvidia-persistenced")
-    assert service.is_enabled
-    assert service.is_running
-
-
-def test_no_fabric_manager_without_nvswitch(host, defaults):
-    assert not host.package(f"nvidia-fabricmanager-{defaults.branch}").is_installed
-
-
-def test_nouveau_blacklisted(host):
-    assert "blacklist nouveau" in host.file("/etc/modprobe.d/blacklist-nouveau.conf").content_string
+# persistenced, Fabric Manager and the nouveau blacklist: test_nvidia_driver.py and
+# test_gpu_prereqs.py, on these same hosts.
 
 
 def test_cuda_environment(host, cuda):
