@@ -196,15 +196,20 @@ def smi_gpus(text: str) -> list[dict]:
     """`nvidia-smi -q` text: per GPU block its bus id and every "Name : value" by its path.
 
     A field's path is the names of the lines it is indented under, then its own name:
-    ("Clocks Throttle Reasons", "HW Slowdown", "HW Thermal Slowdown"). Output cut down to a few
-    sections before any "GPU <bus id>" line counts as one GPU whose bus id is its "Bus Id" field,
-    if shown.
+    ("Clocks Throttle Reasons", "HW Slowdown", "HW Thermal Slowdown"). The fields before the
+    first "GPU <bus id>" line are the log's header (Timestamp, Driver Version, CUDA Version,
+    Attached GPUs), not a GPU; only output cut down to a few sections, with no such line at all,
+    counts as one GPU whose bus id is its "Bus Id" field, if shown.
     """
     gpus: list[dict] = []
     gpu: dict | None = None
+    headed = False  # a "GPU <bus id>" line was seen
     stack: list[tuple[int, str]] = []
     for line in text.splitlines():
         if header := SMI_GPU.match(line):
+            if not headed:
+                gpus = []  # what came before was the log's header
+                headed = True
             gpu = {"bus_id": header.group(1), "fields": {}}
             gpus.append(gpu)
             stack = []

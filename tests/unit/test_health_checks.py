@@ -137,6 +137,16 @@ def test_throttling_busy_gpu_without_slowdown_passes():
     assert row["message"] == ""
 
 
+def test_throttling_reads_a_whole_nvidia_smi_log_as_one_gpu():
+    # The whole `nvidia-smi -q -d PERFORMANCE` of the H100 (docs/results/2026-11-25-h100) starts
+    # with the log's header (Timestamp, Driver Version, CUDA Version, Attached GPUs). Read as a
+    # GPU of its own, it failed the check there: "No clock reasons shown for GPU 0 (bus id not
+    # shown)".
+    row = health.throttling(ran("nvidia-smi-q-performance.h100-idle.txt"), FAULTS, 10)
+    assert row["passed"], row
+    assert row["figures"]["gpus"] == [{"gpu": 0, "bus_id": "00000000:00:06.0", "active": ["Idle"]}]
+
+
 def test_throttling_idle_is_not_a_fault():
     row = health.throttling(ran("nvidia-smi-q-performance.idle.txt"), FAULTS)
     assert row["passed"], row
