@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.autograd import DeviceType
 
 PROFILE_STEPS = 5  # recorded steps per profiled run, after one unrecorded step
 TOP_OPS = 10
@@ -66,7 +67,16 @@ def summarise_events(
             return float(getattr(e, "self_device_time_total", 0.0) or 0.0)
         return float(e.self_cpu_time_total)
 
-    timed = [e for e in events if self_us(e) > 0]
+    def counted(e: Any) -> bool:
+        # On a GPU only the device's own events: kernels, copies and sets. The CPU ops that
+        # launched them carry the same time as their "self device time", and user annotations
+        # (DistributedDataParallel.forward, NVTX-like record_function ranges) span it on the GPU
+        # timeline: counting either would count every kernel two or three times.
+        if not cuda:
+            return True
+        return e.device_type == DeviceType.CUDA and not getattr(e, "is_user_annotation", False)
+
+    timed = [e for e in events if counted(e) and self_us(e) > 0]
     busy_us = sum(self_us(e) for e in timed) if cuda else wall_s * 1e6
     comm = [e for e in timed if is_communication(e.key)]
     comm_us = sum(self_us(e) for e in comm)

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import torch
 from bench_builders import config_for, cpu_machine, run_row
+from torch.autograd import DeviceType
 
 from bench import report
 from bench.config import ConfigError, validate
@@ -19,7 +22,7 @@ from bench.plan import local_placement, plan_sweep, why_not_runnable
 from bench.rank import engines, worker
 from bench.rank.checkpointing import CheckpointedStage, checkpoint_stages, stage_names
 from bench.rank.models import build_model
-from bench.rank.profiling import is_communication, profile_steps
+from bench.rank.profiling import is_communication, profile_steps, summarise_events
 from bench.results import ResultStore
 from bench.spec import Variant
 
@@ -112,6 +115,40 @@ def test_profile_traces_the_steps_and_summarises_them(tmp_path: Path) -> None:
     assert summary["top"] and {"name", "ms_per_step", "share"} <= set(summary["top"][0])
     assert summary["communication_share"] is None  # one process: no collective recorded
     assert profile_steps(step, batches, torch.device("cpu"), "", steps=2) is None  # takes part
+
+
+def test_gpu_summary_counts_each_kernel_once() -> None:
+    # key_averages() of a CUDA trace holds the kernels (device CUDA), the CPU ops that launched
+    # them (device CPU, with the same time as "self device time") and user annotations on the GPU
+    # timeline. On the H100 (2026-11-25) counting all three put "DistributedDataParallel.forward"
+    # and aten ops at the top of the "kernel time" table. Entries shaped like key_averages()'s,
+    # with names from that trace:
+    def event(key: str, us: float, device: DeviceType, annotation: bool = False) -> Any:
+        return SimpleNamespace(
+            key=key,
+            count=5,
+            device_type=device,
+            is_user_annotation=annotation,
+            self_device_time_total=us,
+            self_cpu_time_total=1.0,
+        )
+
+    events = [
+        event("DistributedDataParallel.forward", 152_800, DeviceType.CUDA, annotation=True),
+        event("aten::native_batch_norm", 72_500, DeviceType.CPU),
+        event("batch_norm_collect_statistics_channels_last_kernel", 45_000, DeviceType.CUDA),
+        event("sm90_xmma_fprop_implicit_gemm_bf16", 30_000, DeviceType.CUDA),
+        event("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 25_000, DeviceType.CUDA),
+    ]
+    summary = summarise_events(events, torch.device("cuda"), wall_s=0.33, steps=5)
+    assert [row["name"] for row in summary["top"]] == [
+        "batch_norm_collect_statistics_channels_last_kernel",
+        "sm90_xmma_fprop_implicit_gemm_bf16",
+        "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+    ]
+    assert summary["top"][0]["share"] == pytest.approx(0.45)
+    assert summary["top"][0]["ms_per_step"] == pytest.approx(9.0)
+    assert summary["communication_share"] == pytest.approx(0.25)
 
 
 def test_collectives_are_recognised_in_traces() -> None:
