@@ -264,6 +264,23 @@ def test_nvjpeg_loader_with_workers_runs_epoch_after_epoch(jpeg_folder: Path) ->
     assert len(seen) == 12
 
 
+def test_nvjpeg_batches_cross_from_workers_as_one_buffer(jpeg_folder: Path) -> None:
+    # One shared-memory segment per file made the loader 10x slower than the GPU decode on the
+    # H100 (docs/results/2026-11-25-h100): a batch is three tensors whatever its size, and the
+    # views split out of it are the files' bytes.
+    from bench.rank.loaders.folder import list_images
+    from bench.rank.loaders.nvjpeg import EncodedImages, collate_encoded, split_encoded
+
+    _, samples = list_images(jpeg_folder)
+    items = [EncodedImages(samples)[i] for i in range(5)]
+    batch = collate_encoded(items)
+    assert len(batch) == 3 and all(isinstance(t, torch.Tensor) for t in batch)
+    files = split_encoded(batch[0], batch[1])
+    assert [f.tolist() for f in files] == [data.tolist() for data, _ in items]
+    assert batch[2].tolist() == [label for _, label in items]
+    assert files[0][:2].tolist() == [0xFF, 0xD8]  # each view starts a JPEG (SOI marker)
+
+
 def test_too_few_images_for_a_batch_on_every_rank_is_an_error(jpeg_folder: Path) -> None:
     for loader in ("torch", "nvjpeg"):
         with pytest.raises(ValueError, match="24 images give no full batch of 8 on each of 4"):
