@@ -38,7 +38,9 @@ FAULT_MESSAGES = {
     "fabric_manager": 'gpuhost has 6 NVSwitch(es) but nvidia-fabricmanager is "inactive"',
     "cuda_release": "/nvcc reports CUDA 11.1 (rc 0), but cuda_toolkit_version is 13.0.",
     "compat_cuda": "CUDA 11.1 with driver branch 565 on debian12 is not a combination",
-    "cudnn_version": "cudnn_version.h states cuDNN ?.?.?, but cudnn_version is 9.20.0.48",
+    "cudnn_version": (
+        "cuDNN is not installed where the cudnn role puts it, but cudnn_version is 9.20.0.48"
+    ),
     "nccl_version": "nccl.h states NCCL ?.?.?, but nccl_version is 2.29.7-1",
     "torch_gpus_nccl": 'does not use all 4 GPUs with NCCL: {"torch": "2.14.1+cu126"',
     "compat_torch_cuda_major": "torch 2.14.1+cu126 is built for CUDA 12.6 but the toolkit is",
