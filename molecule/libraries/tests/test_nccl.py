@@ -8,17 +8,12 @@ import pytest
 
 PACKAGES = ["libnccl2", "libnccl-dev"]
 # The build ubuntu2004 asked for (molecule.yml host_vars); debian12 takes compat.yml's default.
-ASKED = {"ubuntu2004-nccl": "2.21.5-1+cuda12.4"}
+ASKED = {"ubuntu2004": "2.21.5-1+cuda12.4"}
 
 
 @pytest.fixture
-def name(host):
-    return host.backend.get_hostname()
-
-
-@pytest.fixture
-def build(name, defaults):
-    return ASKED.get(name, defaults.nccl_package_version)
+def build(distro, defaults):
+    return ASKED.get(distro, defaults.nccl_package_version)
 
 
 def test_build_for_the_cuda_minor_installed(host, build):
@@ -57,18 +52,18 @@ def test_held_and_kept_out_of_unattended_upgrades(host):
     ids=["release not built for the default CUDA", "12.4 build of 2.18.5 missing"],
 )
 def test_refuses_a_build_the_repo_does_not_have(
-    host, name, defaults, extra_vars, missing, refused, scenario_dir
+    distro, defaults, extra_vars, missing, refused_alone
 ):
-    if not name.startswith("debian12"):
+    if distro != "debian12":
         pytest.skip("run once, on debian12")
-    message = refused(host, scenario_dir / "converge.yml", extra_vars)
+    message = refused_alone("nccl", extra_vars)
     assert missing.format(default_cuda=defaults.cuda) in message
     assert "nccl_version" in message
     assert "nccl_cuda_version" in message
 
 
-def test_fails_when_nccl_h_states_another_version(host, name, playbook, scenario_dir):
-    if not name.startswith("debian12"):
+def test_fails_when_nccl_h_states_another_version(host, distro, alone):
+    if distro != "debian12":
         pytest.skip("run once, on debian12")
     # A hand-built NCCL installed into /usr (make install) overwrites the packaged header: the
     # headers code is compiled against no longer match the pinned library, and the role must say so.
@@ -77,12 +72,12 @@ def test_fails_when_nccl_h_states_another_version(host, name, playbook, scenario
         "sed -i -e 's/^#define NCCL_MINOR .*/#define NCCL_MINOR 99/' /usr/include/nccl.h"
     )
     try:
-        run = playbook(scenario_dir / "converge.yml", limit=name)
+        run = alone("nccl")
         assert run.rc != 0
-        message = run.failures[name]
+        message = run.failures[host.backend.get_hostname()]
         assert "/usr/include/nccl.h states NCCL 2.99." in message
         assert "nccl_version" in message
     finally:
         host.check_output(f"printf '%s' {shlex.quote(saved)} > /usr/include/nccl.h")
-    again = playbook(scenario_dir / "converge.yml", limit=name)
+    again = alone("nccl")
     assert again.rc == 0, again.failures

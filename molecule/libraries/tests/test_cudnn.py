@@ -7,13 +7,13 @@ import pytest
 # What each platform asked for (molecule.yml host_vars), the packages that carry it, and a newer
 # build the stand-in repo also offers.
 EXPECTED = {
-    "debian12-cudnn": {
+    "debian12": {
         "packages": ["libcudnn8", "libcudnn8-dev"],
         "version": "8.9.6.50-1+cuda12.2",
         "newer": "8.9.7.29-1+cuda12.2",
         "other_major_dev": "libcudnn9-dev-cuda-12",
     },
-    "ubuntu2004-cudnn": {
+    "ubuntu2004": {
         "packages": ["cudnn9-cuda-12", "libcudnn9-cuda-12", "libcudnn9-dev-cuda-12"],
         "version": "9.1.0.70-1",
         "newer": "9.5.1.17-1",
@@ -23,13 +23,8 @@ EXPECTED = {
 
 
 @pytest.fixture
-def name(host):
-    return host.backend.get_hostname()
-
-
-@pytest.fixture
-def want(name):
-    return EXPECTED[name]
+def want(distro):
+    return EXPECTED[distro]
 
 
 def test_pinned_packages_installed(host, want):
@@ -59,22 +54,18 @@ def test_packages_held_and_kept_out_of_unattended_upgrades(host, want):
         assert f'"{package}$"' in blacklist
 
 
-def test_refuses_a_build_the_repo_does_not_have(host, want, refused, scenario_dir):
+def test_refuses_a_build_the_repo_does_not_have(want, refused_alone):
     if want["other_major_dev"] is None:
         pytest.skip("run once, on debian12")
     # The stand-in has cuDNN 8.9 builds for CUDA 12.2 only: asking for a 12.4 build must stop the
     # role before it pins or installs anything.
-    message = refused(
-        host,
-        scenario_dir / "converge.yml",
-        {"cudnn_version": "8.9.7.29", "cudnn_cuda_version": "12.4"},
-    )
+    message = refused_alone("cudnn", {"cudnn_version": "8.9.7.29", "cudnn_cuda_version": "12.4"})
     assert "libcudnn8=8.9.7.29-1+cuda12.4" in message
     assert "cudnn_version" in message
     assert "cudnn_cuda_version" in message
 
 
-def test_fails_when_the_header_states_another_version(host, want, name, playbook, scenario_dir):
+def test_fails_when_the_header_states_another_version(host, want, alone):
     if want["other_major_dev"] is None:
         pytest.skip("run once, on debian12")
     # Another major's -dev package takes over /usr/include/cudnn_version.h (update-alternatives,
@@ -82,9 +73,9 @@ def test_fails_when_the_header_states_another_version(host, want, name, playbook
     other = want["other_major_dev"]
     host.check_output(f"DEBIAN_FRONTEND=noninteractive apt-get install -y -q {other}")
     try:
-        run = playbook(scenario_dir / "converge.yml", limit=name)
+        run = alone("cudnn")
         assert run.rc != 0
-        message = run.failures[name]
+        message = run.failures[host.backend.get_hostname()]
         assert "/usr/include/cudnn_version.h states cuDNN 9." in message
         assert "cudnn_version is 8.9.6.50" in message
     finally:
@@ -92,5 +83,5 @@ def test_fails_when_the_header_states_another_version(host, want, name, playbook
             f"DEBIAN_FRONTEND=noninteractive apt-get purge -y -q {other} libcudnn9-cuda-12"
         )
     # With the other major gone the role converges again.
-    again = playbook(scenario_dir / "converge.yml", limit=name)
+    again = alone("cudnn")
     assert again.rc == 0, again.failures
