@@ -114,8 +114,9 @@ if wants molecule; then
   for p in "${parts[@]}"; do [[ $p == molecule:* ]] && scenarios+=("${p#molecule:}"); done
   if [ ${#scenarios[@]} -eq 0 ]; then
     # Longest first (horovod builds Horovod in two containers; site runs the whole stack on three;
-    # upgrade_driver converges four times), so the pool drains evenly.
-    for s in horovod site upgrade_driver container_runtime; do [ -f "molecule/$s/molecule.yml" ] && scenarios+=("$s"); done
+    # upgrade_driver converges four times; libraries runs four roles and their stops), so the pool
+    # drains evenly.
+    for s in horovod site upgrade_driver container_runtime libraries; do [ -f "molecule/$s/molecule.yml" ] && scenarios+=("$s"); done
     for d in molecule/*/molecule.yml; do
       s=$(basename "$(dirname "$d")")
       [[ " ${scenarios[*]} " == *" $s "* ]] || scenarios+=("$s")

@@ -1,4 +1,4 @@
-"""TEST FIXTURE: a minimal logging HTTP forward proxy for the nvidia_repo scenario.
+"""TEST FIXTURE: a minimal logging HTTP forward proxy for nvidia_repo's checks (molecule/libraries).
 
 Every request it forwards is appended to the log as "<METHOD> <absolute URL>", so the
 verifier can tell that downloads for the repository went through the configured proxy.
