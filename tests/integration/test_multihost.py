@@ -383,9 +383,12 @@ def test_playbook_runs_the_sweep_on_the_hosts_and_fetches_results(
     assert tagged_processes() == []
 
 
+@pytest.mark.usefixtures("horovod")
 def test_resume_first_stops_what_an_earlier_controller_left_on_a_host(
     hosts: Path, tmp_path: Path
 ) -> None:
+    # horovodrun on one node, whose hosts are all local: no --network-interfaces (across two
+    # nodes: test_two_node_ddp_and_horovod_runs_produce_correct_rows)
     done = bench(
         tmp_path,
         "--hosts",
@@ -395,7 +398,7 @@ def test_resume_first_stops_what_an_earlier_controller_left_on_a_host(
         "--gpus-per-node",
         "1",
         "--launchers",
-        "ddp",
+        "horovod",
         "--repeats",
         "1",
         "--no-probe",
@@ -403,6 +406,9 @@ def test_resume_first_stops_what_an_earlier_controller_left_on_a_host(
     )
     assert done.returncode == 0, done.stderr[-4000:]
     directory = sweep_dir(tmp_path)
+    (run,) = rows(directory)
+    assert run["status"] == "ok", run["error"]
+    assert (run["launcher"], run["hosts"], run["backend"]) == ("horovod", f"{HOST1}:1", "gloo")
     sweep_id = json.loads((directory / "sweep.json").read_text())["sweep_id"]
     # a rank an earlier controller left on gsb2: the sweep's tag, inside that host
     left = subprocess.Popen(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -113,20 +114,35 @@ def test_kill_9_of_the_controller_leaves_no_rank_alive(
     assert left == [], f"{len(left)} alive 2 s after kill -9: {[c[:70] for _, c in left]}"
 
 
-@pytest.mark.parametrize("damage", ["delete runs.parquet", "truncate sweep.json"])
-def test_resume_after_kill_9_and_damage_keeps_finished_rows(tmp_path: Path, damage: str) -> None:
+@pytest.fixture(scope="module")
+def killed_sweep(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[tuple[int, str]]]:
+    """One sweep of two DDP repeats whose controller got kill -9 while the second ran: its
+    directory (the first row finished) and what of its launches was alive 2 s after the kill.
+    Each damage case resumes its own copy, so the sweep is run and killed once for all of them."""
+    out = tmp_path_factory.mktemp("killed")
     args = ["--launchers", "ddp", "--gpus", "1", "--repeats", "2", "--no-probe"]
-    proc, mark = start_sweep(tmp_path, args)
+    proc, mark = start_sweep(out, args)
     try:
         wait_for(
-            lambda: list(tmp_path.glob("*/logs/ddp-n1-fp32-nchw-r1.log")),
+            lambda: list(out.glob("*/logs/ddp-n1-fp32-nchw-r1.log")),
             300,
             "the second run to start",
         )
-        assert kill_controller(proc, mark) == []
+        left = kill_controller(proc, mark)
     finally:
         proc.kill()
-    (d,) = tmp_path.iterdir()
+    (d,) = out.iterdir()
+    return d, left
+
+
+@pytest.mark.parametrize("damage", ["delete runs.parquet", "truncate sweep.json"])
+def test_resume_after_kill_9_and_damage_keeps_finished_rows(
+    killed_sweep: tuple[Path, list[tuple[int, str]]], tmp_path: Path, damage: str
+) -> None:
+    killed, left = killed_sweep
+    assert left == []
+    d = tmp_path / killed.name
+    shutil.copytree(killed, d)  # the killed controller's lock file included
     before = json.loads((d / "sweep.json").read_text())
     (finished,) = [r for r in before["runs"] if r["run_id"] == "ddp-n1-fp32-nchw-r0"]
     if damage == "delete runs.parquet":
