@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from apt_sources import deb822  # molecule/apt_sources.py, beside molecule/conftest.py
 
 PROJECT = Path(__file__).resolve().parents[3]
 SITE = PROJECT / "site.yml"
@@ -92,15 +93,6 @@ def name(host):
 @pytest.fixture
 def expected(name):
     return EXPECTED[name]
-
-
-def deb822(text: str) -> dict[str, str]:
-    fields = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#") and ":" in line:
-            key, value = line.split(":", 1)
-            fields[key.strip()] = value.strip()
-    return fields
 
 
 def installed(host) -> dict[str, str]:

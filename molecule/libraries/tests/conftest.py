@@ -24,3 +24,15 @@ def refused_alone(host, refused):
     return lambda role, extra_vars: refused(
         host, ROLE_ALONE, {"libraries_role": role, **extra_vars}
     )
+
+
+@pytest.fixture
+def failed_alone(host, alone):
+    """failed_alone(role) -> the message of `role`, run alone on this host, which must fail."""
+
+    def run(role):
+        result = alone(role)
+        assert result.rc != 0, f"{role} alone did not fail"
+        return result.failures[host.backend.get_hostname()]
+
+    return run

@@ -3,6 +3,8 @@
 import json
 import os
 
+from apt_sources import deb822  # molecule/apt_sources.py, beside molecule/conftest.py
+
 SOURCE = "/etc/apt/sources.list.d/nvidia-cuda.sources"
 KEYRING = "/etc/apt/keyrings/nvidia-cuda.asc"
 
@@ -13,15 +15,6 @@ def distro(host):
 
 def repo_url(host):
     return f"{os.environ['STANDIN_URL']}/repos/{distro(host)}/x86_64/"
-
-
-def deb822(text):
-    fields = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#") and ":" in line:
-            key, value = line.split(":", 1)
-            fields[key.strip()] = value.strip()
-    return fields
 
 
 def test_source_is_one_deb822_entry_signed_by_the_keyring(host):
