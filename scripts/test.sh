@@ -8,7 +8,9 @@
 #                 the signed stand-in of NVIDIA's apt repo (fresh throwaway key) served on docker0
 #   4. pytest     the bench's unit and integration tests (real torchrun/horovodrun, netns hosts, Slurm)
 #   5. molecule   every scenario under molecule/: create, converge, idempotence, verify, destroy
-#   (4 and 5 share one pool of two jobs: pytest from the start, the scenarios longest first)
+#   (1-3 overlap where they can: the images are built while setup compiles Horovod, and the
+#   wheelhouse and the pytest-only packages download while lint runs; 4 and 5 share one pool of two
+#   jobs: pytest from the start, the scenarios longest first)
 # Every step runs even when an earlier one failed (except setup/infra, which the rest need); the
 # script prints a summary and exits non-zero if anything failed.
 #
@@ -56,12 +58,97 @@ print_summary() {
   echo "suite: $passed passed, $failed failed"
 }
 
+needs_infra=0
+{ wants pytest || wants molecule; } && needs_infra=1
+
+# OS packages the tests use: docker, debootstrap and zstd for the images, the stand-in repo
+# builder, the multi-host test hosts and their sshd. Installed first and alone (apt takes one lock)
+# so that what follows can run side by side; docker.sh and images.sh install theirs themselves when
+# run on their own.
+infra_packages=(docker.io debootstrap zstd dpkg-dev apt-utils gnupg openssh-server openssh-client
+                iproute2 iptables util-linux)
+
+packages() {
+  local missing=() p
+  for p in "${infra_packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+  [ ${#missing[@]} -eq 0 ] && { echo "packages: all present"; return 0; }
+  echo "packages: apt-get install ${missing[*]}"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+# job NAME CMD...: CMD in the background, output to .work/logs/NAME.log only (jobs run side by
+# side), its exit status and seconds to .work/logs/NAME.rc.
+job() {
+  local name=$1 t0 rc
+  shift
+  t0=$(date +%s)
+  "$@" >"$logs/$name.log" 2>&1
+  rc=$?
+  echo "$rc $(( $(date +%s) - t0 ))" >"$logs/$name.rc"
+}
+
+# record NAME LABEL: the finished job's result into the summary (its log's tail when it failed).
+record() {
+  local rc secs
+  read -r rc secs <"$logs/$1.rc" || { rc=1; secs=0; }
+  if [ "$rc" = 0 ]; then
+    passed=$((passed + 1)); summary+=("PASS  ${secs}s  $2")
+  else
+    failed=$((failed + 1)); summary+=("FAIL  ${secs}s  $2 (rc=$rc, log: .work/logs/$1.log)")
+    printf '\n==== %s failed; last 60 lines of its log ====\n' "$2"
+    tail -n 60 "$logs/$1.log"
+  fi
+  [ "$rc" = 0 ]
+}
+
+# beside NAME CMD...: start CMD as a job beside the foreground steps; joined by `await_job NAME`.
+declare -A beside_pids=()
+beside() {
+  local name=$1
+  rm -f "$logs/$name.rc"
+  echo "beside: starting $name ($(( $(date +%s) - suite_start ))s into the suite; log: .work/logs/$name.log)"
+  job "$@" &
+  beside_pids[$name]=$!
+}
+
+# await_job NAME: wait for that job, show its log and record it like a step.
+await_job() {
+  wait "${beside_pids[$1]}"
+  unset "beside_pids[$1]"
+  printf '\n==== %s ====\n' "$1"
+  cat "$logs/$1.log"
+  record "$1" "$1"
+}
+
 cleanup() {
+  local pid
+  for pid in "${beside_pids[@]}"; do kill "$pid" 2>/dev/null; done
   tests/infra/serve.sh stop >/dev/null 2>&1
   tests/infra/docker.sh stop
 }
 
+images() { tests/infra/docker.sh start && tests/infra/images.sh; }
+
+if [ "$needs_infra" = 1 ]; then
+  trap cleanup EXIT
+  step packages packages || { print_summary; exit 1; }
+  # debootstrap is mostly downloads and unpacking, setup mostly compiling Horovod: side by side.
+  beside images images
+fi
+
 step setup scripts/bootstrap.sh || { print_summary; exit 1; }
+
+if [ "$needs_infra" = 1 ]; then
+  # Downloads (the wheelhouse is ~4 GB of CUDA wheels on a fresh machine), beside lint.
+  beside wheelhouse tests/infra/wheelhouse.sh
+fi
+if wants pytest; then
+  # DALI for the DALI loader's test with CPU operators (1.1 GB with its dependencies) and
+  # tensorflow-cpu for the tf launcher's rank tests (274 MB); not part of the bootstrap's quick
+  # start. Pinned in constraints.txt.
+  beside pytest-packages bash -c 'python -m pip install -q -c constraints.txt nvidia-dali-cuda120 &&
+    python -m pip install -q -c constraints.txt tensorflow-cpu'
+fi
 
 if wants lint; then
   step yamllint yamllint --strict .
@@ -74,27 +161,11 @@ if wants lint; then
   step ruff-format ruff format --check .
 fi
 
-# OS packages the tests use beyond docker (installed by docker.sh) and debootstrap (images.sh):
-# the stand-in repo builder, the multi-host test hosts and their sshd.
-infra_packages=(dpkg-dev apt-utils gnupg openssh-server openssh-client iproute2 iptables util-linux)
-
-infra() {
-  local missing=() p
-  for p in "${infra_packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
-  if [ ${#missing[@]} -gt 0 ]; then
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null || return 1
-  fi
-  tests/infra/docker.sh start &&
-    tests/infra/collections.sh &&
-    tests/infra/images.sh &&
-    tests/infra/wheelhouse.sh &&
-    python tests/infra/standin_repo.py --manifest tests/standin/packages.yml --work .work --new-key &&
-    tests/infra/serve.sh start
-}
-
-if wants pytest || wants molecule; then
-  trap cleanup EXIT
-  step infra infra || { print_summary; exit 1; }
+if [ "$needs_infra" = 1 ]; then
+  await_job images || { print_summary; exit 1; }
+  await_job wheelhouse || { print_summary; exit 1; }
+  step infra bash -c 'tests/infra/collections.sh && python tests/infra/standin_repo.py --manifest tests/standin/packages.yml --work .work --new-key &&
+    tests/infra/serve.sh start' || { print_summary; exit 1; }
   STANDIN_URL=$(tests/infra/serve.sh url)
   export STANDIN_URL
   set -a
@@ -124,17 +195,6 @@ if wants molecule; then
   fi
 fi
 
-# job NAME CMD...: CMD in the background pool, output to .work/logs/NAME.log only (jobs run side
-# by side), its exit status and seconds to .work/logs/NAME.rc.
-job() {
-  local name=$1 t0 rc
-  shift
-  t0=$(date +%s)
-  "$@" >"$logs/$name.log" 2>&1
-  rc=$?
-  echo "$rc $(( $(date +%s) - t0 ))" >"$logs/$name.rc"
-}
-
 # start NAME CMD...: start a job once fewer than $jobs_max run.
 start() {
   while [ "$(jobs -rp | wc -l)" -ge "$jobs_max" ]; do wait -n; done
@@ -143,26 +203,8 @@ start() {
   job "$@" &
 }
 
-# record NAME LABEL: the finished job's result into the summary (its log's tail when it failed).
-record() {
-  local rc secs
-  read -r rc secs <"$logs/$1.rc" || { rc=1; secs=0; }
-  if [ "$rc" = 0 ]; then
-    passed=$((passed + 1)); summary+=("PASS  ${secs}s  $2")
-  else
-    failed=$((failed + 1)); summary+=("FAIL  ${secs}s  $2 (rc=$rc, log: .work/logs/$1.log)")
-    printf '\n==== %s failed; last 60 lines of its log ====\n' "$2"
-    tail -n 60 "$logs/$1.log"
-  fi
-}
-
 if wants pytest; then
-  # DALI for the DALI loader's test with CPU operators (1.1 GB with its dependencies, ~25 s; not
-  # part of the bootstrap's quick start). Pinned in constraints.txt.
-  step dali python -m pip install -q -c constraints.txt nvidia-dali-cuda120
-  # tensorflow-cpu for the tf launcher's rank tests (274 MB wheel, ~12 s to install here; not
-  # part of the bootstrap's quick start). Pinned in constraints.txt.
-  step tensorflow python -m pip install -q -c constraints.txt tensorflow-cpu
+  await_job pytest-packages
 fi
 
 # One pool of $jobs_max jobs: pytest holds a place from the start, and the scenarios, longest
