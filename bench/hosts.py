@@ -422,7 +422,9 @@ def cluster_from_options(
             raise HostSpecError("--nodes and --gpus-per-node must be >= 1")
     else:
         hostfile = given["hostfile"]
-        hosts = parse_hostfile(hostfile) if hostfile else parse_hosts(given["hosts"])
+        # A host given without a slot count has as many as the most --gpus-per-node asks for.
+        bare = max(given["gpus_per_node"]) if given["gpus_per_node"] else None
+        hosts = parse_hostfile(hostfile, bare) if hostfile else parse_hosts(given["hosts"], bare)
         plans = plan_node_sweep(hosts, given["node_counts"], given["gpus_per_node"])
         node_counts = tuple(sorted({len(p) for p in plans}))
         gpus = tuple(sorted({p[0].slots for p in plans}))

@@ -233,6 +233,19 @@ def test_hosts_make_a_grid_that_survives_sweep_json(tmp_path: Path) -> None:
     assert ClusterConfig.from_dict(json.loads(json.dumps(from_file.to_dict()))) == from_file
 
 
+def test_hosts_without_slots_take_the_most_gpus_per_node_asked(tmp_path: Path) -> None:
+    # The module's docstring: "node4  # slots default to the --gpus-per-node given, else 1".
+    cluster = cluster_args(["--hosts", "a,b:1", "--gpus-per-node", "1,2", "--nodes", "1"])
+    assert cluster is not None and cluster.hosts == (("a", 2), ("b", 1))
+    assert [format_hosts(p) for p in cluster.placements()] == ["a:1", "a:2"]
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("a\nb slots=4\n")
+    from_file = cluster_args(["--hostfile", str(hostfile), "--gpus-per-node", "2"])
+    assert from_file is not None and from_file.hosts == (("a", 2), ("b", 4))
+    bare = cluster_args(["--hosts", "a,b"])
+    assert bare is not None and bare.hosts == (("a", 1), ("b", 1))
+
+
 def test_slurm_grid_uses_stand_in_hosts_until_a_launch_runs() -> None:
     with pytest.raises(HostSpecError, match="--slurm needs --nodes"):
         cluster_args(["--slurm"])
