@@ -43,6 +43,7 @@ from bench.launchers.docker.check import check_images
 from bench.launchers.local import LocalLauncher
 from bench.machine_defaults import chosen_defaults, resolve
 from bench.plan import local_placement, plan_probes, plan_sweep, why_not_runnable
+from bench.preflight import cluster_problems
 from bench.rank import models
 from bench.report import per_gpu
 from bench.results import ResultStore
@@ -94,6 +95,7 @@ def connect(cluster: ClusterConfig | None) -> ClusterLauncher | None:
     """For --hosts or --slurm: every node reachable and surveyed, before anything is planned."""
     if cluster is None:
         return None
+    refuse(cluster_problems(cluster))  # e.g. no srun: say that, not what the survey would meet
     try:
         nodes = ClusterLauncher(cluster)
         nodes.survey()
