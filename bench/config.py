@@ -185,7 +185,6 @@ class BenchConfig(ImageKnobs):
     axes: dict[str, tuple[Any, ...]]
     launchers_explicit: bool = False
     cluster: ClusterConfig | None = None  # multi-node: --hosts/--hostfile/--slurm
-    # A default so sweep.json files written before the knob existed still load.
     slow_gpu_threshold: float = knob(
         "--slow-gpu-threshold",
         "the per-gpu check (--launchers per-gpu) flags a GPU whose img/s is more than this many "

@@ -136,17 +136,14 @@ def knob(
     help: str,
     *,
     optional: bool = False,
-    absent: Any = dataclasses.MISSING,
+    one: Any = dataclasses.MISSING,
     **options: Any,
 ) -> Any:
     """A dataclass field declared as a knob (see `Knob`). An optional field defaults to the
-    knob's default, or to `absent` where a record's value is not the option's (a Variant
-    field holds one value of its axis; the machine picks another default), so a record written
-    before the field existed still loads."""
+    knob's default; a Variant field holds one value of its axis, so its default is `one`: the
+    report's effect tables set each configuration beside itself with the knob at that value."""
     k = Knob(flag, help, **options)
-    if absent is dataclasses.MISSING and optional:
-        absent = k.default
-    return field(default=absent, metadata={"knob": k})
+    return field(default=k.default if optional else one, metadata={"knob": k})
 
 
 def knobs(cls: type) -> Iterator[tuple[str, Knob]]:
@@ -208,7 +205,6 @@ class Variant:
         many=True,
         words="on on GPUs of compute capability 8.0+ (bench.gpu_defaults), else off",
     )
-    # A default so specs and sweep.json files written before the knob existed still load.
     loader: str = knob(
         "--loader",
         "input pipeline for --data DIR, comma list, each swept: "
@@ -217,7 +213,6 @@ class Variant:
         many=True,
         words="the first runnable of dali, nvjpeg, torch on GPU; torch on CPU; none with "
         "synthetic data",
-        absent=NO_LOADER,
     )
     grad_accum: int = knob(
         "--grad-accum",
@@ -228,7 +223,7 @@ class Variant:
         many=True,
         default=(1,),
         at_least=1,
-        absent=1,
+        one=1,
     )
 
     activation_checkpointing: bool = knob(
@@ -238,7 +233,7 @@ class Variant:
         values=_ON_OFF,
         many=True,
         default=(False,),
-        absent=False,
+        one=False,
     )
     container: str = knob(
         "--container",
@@ -248,7 +243,7 @@ class Variant:
         parse=container_value,
         many=True,
         default=(NO_CONTAINER,),
-        absent=NO_CONTAINER,
+        one=NO_CONTAINER,
     )
 
     @property
@@ -337,7 +332,6 @@ class Workload:
         at_least=0,
         row=False,
     )
-    # A default so specs and sweep.json files written before the knob existed still load.
     timed_seconds: float = knob(
         "--timed-seconds",
         "length of the timed window: warm-up runs until the median step time of "
@@ -348,7 +342,6 @@ class Workload:
         gpu=15.0,
         cpu=0.0,
         at_least=0,
-        absent=0.0,
     )
     compile_ddp_split: bool = knob(
         "--compile-ddp-split",
@@ -358,7 +351,6 @@ class Workload:
         default=False,
         switch=True,
         words="off: one graph",
-        absent=False,
     )
     profile: bool = knob(
         "--profile",
@@ -368,7 +360,6 @@ class Workload:
         default=False,
         switch=True,
         words="off",
-        absent=False,
     )
 
 

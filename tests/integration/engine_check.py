@@ -59,6 +59,9 @@ def workload() -> Workload:
         fp16_allreduce=False,
         device="cpu",
         seed=0,
+        timed_seconds=0.0,
+        compile_ddp_split=False,
+        profile=False,
     )
 
 

@@ -19,7 +19,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from bench.rank.tf_rules import synthetic_batches, worker_of
-from bench.spec import HostSlots, RunSpec, Variant, Workload
+from bench.spec import NO_LOADER, HostSlots, RunSpec, Variant, Workload
 
 if TYPE_CHECKING:
     import keras
@@ -46,6 +46,9 @@ def spec_for(nodes: int, slots: int, image_size: int, model: str) -> RunSpec:
         fp16_allreduce=False,
         device="cpu",
         seed=SEED,
+        timed_seconds=0.0,
+        compile_ddp_split=False,
+        profile=False,
     )
     return RunSpec(
         sweep_id="check",
@@ -53,7 +56,7 @@ def spec_for(nodes: int, slots: int, image_size: int, model: str) -> RunSpec:
         launcher="tf",
         repeat=0,
         placement=tuple(HostSlots(f"node{i}", slots) for i in range(nodes)),
-        variant=Variant(precision="fp32", channels_last=True, compile=False),
+        variant=Variant("fp32", True, False, NO_LOADER),
         workload=workload,
         batch_per_gpu=BATCH,
         scaling="weak",

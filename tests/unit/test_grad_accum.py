@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from bench.rank import worker
-from bench.spec import Variant
+from bench.spec import NO_LOADER, Variant
 
 
 class LocalEngine:
@@ -59,5 +59,5 @@ def test_micro_batches_groups_consecutive_batches() -> None:
 
 
 def test_run_id_names_the_accumulation() -> None:
-    assert Variant("fp32", False, False).label == "fp32-nchw"
-    assert Variant("fp32", False, False, grad_accum=4).label == "fp32-nchw-acc4"
+    assert Variant("fp32", False, False, NO_LOADER).label == "fp32-nchw"
+    assert Variant("fp32", False, False, NO_LOADER, grad_accum=4).label == "fp32-nchw-acc4"

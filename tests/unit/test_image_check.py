@@ -41,7 +41,7 @@ from bench.report.document import container_section
 from bench.report.summary import summarise
 from bench.rows import run_row as row_of
 from bench.scaling import wants_horovod_check
-from bench.spec import NO_CONTAINER, HostSlots, Variant, container_label, runs_on_host
+from bench.spec import NO_CONTAINER, NO_LOADER, HostSlots, Variant, container_label, runs_on_host
 from bench.stages import Sweep, unavailable_reason
 
 IMAGE = "nvcr.io/nvidia/pytorch:24.10-py3"
@@ -71,7 +71,7 @@ def test_container_is_a_swept_knob_that_enters_the_run_id() -> None:
     assert [r.run_id for r in plan_sweep(again, "s", local_placement(1), 2)] == [
         r.run_id for r in runs
     ]
-    assert Variant("fp32", False, False, grad_accum=2, container=IMAGE).label == (
+    assert Variant("fp32", False, False, NO_LOADER, grad_accum=2, container=IMAGE).label == (
         "fp32-nchw-acc2@pytorch_24.10-py3"
     )
 

@@ -22,7 +22,7 @@ import pytest
 from bench import datasets
 from bench.rank import wire
 from bench.rank.tf_rules import tf_config, why_not_runnable, worker_of
-from bench.spec import HostSlots, RunSpec, Variant
+from bench.spec import NO_LOADER, HostSlots, RunSpec, Variant
 
 sys.path.insert(0, str(Path(__file__).parent))
 from keras_step_check import spec_for
@@ -128,7 +128,7 @@ def test_refusals_name_the_reason() -> None:
     assert "one CPU device" in str(
         why_not_runnable(dataclasses.replace(spec, placement=two_cpus_each))
     )
-    bf16_nchw_xla = Variant("amp-bf16", channels_last=False, compile=True)
+    bf16_nchw_xla = Variant("amp-bf16", False, True, NO_LOADER)
     assert why_not_runnable(dataclasses.replace(spec, variant=bf16_nchw_xla)) is None
 
 

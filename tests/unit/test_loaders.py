@@ -493,7 +493,7 @@ def test_loader_knob_defaults_validates_and_names_the_runs(
     from bench_builders import MODELS, config_for, cpu_machine, gpu_machine
 
     from bench.config import ConfigError, validate
-    from bench.spec import Variant
+    from bench.spec import NO_LOADER, Variant
 
     real = ["--data", str(jpeg_folder)]
     assert config_for(real, cpu_machine()).axes["loader"] == ("torch",)
@@ -516,7 +516,7 @@ def test_loader_knob_defaults_validates_and_names_the_runs(
         "amp-bf16-nchw-nvjpeg",
         "amp-bf16-nchw-dali",
     ]
-    assert Variant(precision="fp32", channels_last=False, compile=False).label == "fp32-nchw"
+    assert Variant("fp32", False, False, NO_LOADER).label == "fp32-nchw"
 
 
 def test_report_sets_the_loader_rate_beside_the_model_and_marks_the_epoch_source() -> None:

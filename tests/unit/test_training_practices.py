@@ -24,7 +24,7 @@ from bench.rank.checkpointing import CheckpointedStage, checkpoint_stages, stage
 from bench.rank.models import build_model
 from bench.rank.profiling import is_communication, profile_steps, summarise_events
 from bench.results import ResultStore
-from bench.spec import Variant
+from bench.spec import NO_LOADER, Variant
 
 
 def loss_and_grads(model: torch.nn.Module) -> tuple[float, list[torch.Tensor]]:
@@ -224,8 +224,8 @@ def test_report_sets_each_knob_value_beside_the_default_and_dp_beside_ddp() -> N
         ]
 
     plain, ckpt = (
-        Variant("fp32", False, False),
-        Variant("fp32", False, False, activation_checkpointing=True),
+        Variant("fp32", False, False, NO_LOADER),
+        Variant("fp32", False, False, NO_LOADER, activation_checkpointing=True),
     )
     runs = [
         *rows("ddp", plain, 1, 100, 9.0),
