@@ -60,7 +60,6 @@ class ExecResult:
     timed_out: bool
     wall_s: float
     output: str  # stdout and stderr, interleaved as written
-    log_path: Path
     # What only a multi-node backend knows: the interface variables the ranks got (for the
     # interconnect column; empty means this process's environment) and the hosts the launch
     # actually ran on ("" means the planned placement; under Slurm the allocation's nodes).

@@ -74,11 +74,9 @@ from bench.rank.tf_rules import TF_CONFIG_VAR, tf_config
 from bench.spec import HostSlots, Placement, ProbeSpec, RunSpec, format_hosts
 
 
-def survey_command(python: str, target: str, workdir: str | None, versions: bool = True) -> str:
+def survey_command(python: str, target: str, workdir: str | None) -> str:
     """`python -m bench.launchers.on_node survey TARGET` from the bench checkout on a node."""
     argv = [python, "-m", NODE_MODULE, "survey", target]
-    if not versions:
-        argv.append("--route-only")
     env = {"PYTHONPATH": bench_pythonpath(workdir)} if workdir else None
     return shell_command(argv, env, workdir)
 
@@ -96,11 +94,10 @@ def collect_node_info(
     python: str,
     *,
     workdir: str | None,
-    rendezvous_host: str | None = None,
     timeout_s: float = 120,
 ) -> dict[str, NodeInfo]:
     """Survey every node at once; a node that cannot run the survey is a RemoteError."""
-    command = survey_command(python, rendezvous_host or hosts[0], workdir)
+    command = survey_command(python, hosts[0], workdir)
     results = on_all(hosts, lambda h: run_on_host(h, command, site, timeout_s))
     failed = {h: r for h, r in results.items() if r.returncode != 0}
     if failed:
@@ -336,7 +333,6 @@ class ClusterLauncher:
             result.timed_out,
             result.wall_s,
             output,
-            log_path,
             environ=self.interfaces_seen(launch.placement),
             hosts=format_hosts(launch.placement),
         )

@@ -116,7 +116,7 @@ def execute(
     wall = time.monotonic() - started
     output = log_path.read_text(errors="replace")
     returncode = None if timed_out else proc.returncode
-    return ExecResult(returncode, timed_out, wall, output, log_path)
+    return ExecResult(returncode, timed_out, wall, output)
 
 
 class LocalLauncher:

@@ -20,13 +20,12 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     p_survey = commands.add_parser("survey", help="print this node's versions and route")
     p_survey.add_argument("target", nargs="?", default="", help="the rendezvous host")
-    p_survey.add_argument("--route-only", action="store_true", help="skip the versions")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    print(survey_line(survey(args.target, versions=not args.route_only)), flush=True)
+    print(survey_line(survey(args.target)), flush=True)
     return 0
 
 

@@ -60,7 +60,6 @@ def summarise_samples(samples: Iterable[Sample]) -> dict[str, Any]:
     for s in items:
         mask |= s.reasons_mask
     return {
-        "samples": len(items),
         "sm_clock_mhz_mean": sum(s.sm_clock_mhz for s in items) / len(items),
         "sm_clock_mhz_min": min(s.sm_clock_mhz for s in items),
         "power_w_mean": sum(s.power_w for s in items) / len(items),

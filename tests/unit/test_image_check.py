@@ -557,10 +557,10 @@ def test_rows_record_the_image_and_what_the_ranks_saw(tmp_path: Path) -> None:
         ],
     )
     output = "\n".join(wire.encode(runs[0].run_id, report.to_dict()))
-    row = row_of(runs[0], ExecResult(0, False, 3.0, output, tmp_path / "l"), "t")
+    row = row_of(runs[0], ExecResult(0, False, 3.0, output), "t")
     assert (row.status, row.container, row.container_digest) == ("ok", IMAGE, DIGEST)
     assert (row.rank_python, row.rank_torch) == ("/usr/bin/python3", "2.13.0+cpu")
-    failed = row_of(runs[0], ExecResult(1, False, 3.0, "boom", tmp_path / "l"), "t")
+    failed = row_of(runs[0], ExecResult(1, False, 3.0, "boom"), "t")
     assert failed.container_digest == DIGEST and failed.rank_python == ""
 
 

@@ -156,7 +156,7 @@ def test_a_missing_component_is_a_mismatch_only_when_it_matters() -> None:
 
 
 def test_the_node_cli_prints_one_marked_survey_line_with_the_route(capsys) -> None:
-    assert node_cli.main(["survey", "127.0.0.1", "--route-only"]) == 0
+    assert node_cli.main(["survey", "127.0.0.1"]) == 0
     out = capsys.readouterr().out
     info = parse_survey_output("here", out)
     assert (info.interface, info.address) == ("lo", "127.0.0.1")

@@ -8,7 +8,6 @@ import dataclasses
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 from bench_builders import config_for, cpu_machine, gpu_machine, run_row
@@ -214,7 +213,7 @@ def test_one_row_per_gpu_of_the_fleet_each_from_its_own_output() -> None:
         ]
     lines.append(wire.slot_prefix(2) + "RuntimeError: slot 2 failed (a test line)")
     lines.append(wire.slot_prefix(2) + "bench: GPU 0 exited with status 1")
-    result = ExecResult(1, False, 30.0, "\n".join(lines) + "\n", Path("x.log"), hosts="n1:2,n2:2")
+    result = ExecResult(1, False, 30.0, "\n".join(lines) + "\n", hosts="n1:2,n2:2")
     rows = run_rows(spec, result, "t0", 600)
     assert [(r.hosts, r.gpu_index, r.status) for r in rows] == [
         ("n1:1", 0, "ok"),
@@ -241,7 +240,7 @@ LOST = "bench: c9: exited with rc=1: RuntimeError: the node's process failed (a 
 
 def test_under_slurm_the_rows_name_the_nodes_the_launch_ran_on() -> None:
     spec = _fleet_spec()
-    result = ExecResult(1, False, 1.0, LOST, Path("x.log"), hosts="c7:2,c9:2")
+    result = ExecResult(1, False, 1.0, LOST, hosts="c7:2,c9:2")
     rows = run_rows(spec, result, "t0", 600)
     assert [r.hosts for r in rows] == ["c7:1", "c7:1", "c9:1", "c9:1"]
     assert all(r.status == "failed" and LOST.strip() in r.error for r in rows)  # the launch's

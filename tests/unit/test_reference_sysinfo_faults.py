@@ -114,7 +114,6 @@ def test_summarise_and_merge_telemetry() -> None:
     ]
     summary = telemetry.summarise_samples(samples)
     assert summary == {
-        "samples": 2,
         "sm_clock_mhz_mean": 1890.0,
         "sm_clock_mhz_min": 1800.0,
         "power_w_mean": 675.0,

@@ -162,7 +162,7 @@ class Outcome:
 
     def run(self, spec: RunSpec | ProbeSpec, timeout_s: float, log: Path) -> ExecResult:
         if isinstance(spec, ProbeSpec) or self.timed_out:
-            return ExecResult(None, True, timeout_s + 1.2, "", log)
+            return ExecResult(None, True, timeout_s + 1.2, "")
         return FakeLauncher().run(spec, timeout_s, log)
 
 

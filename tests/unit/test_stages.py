@@ -35,14 +35,14 @@ class FakeLauncher:
                 "time_s": 0.2,
                 "nbytes": probe.nbytes,
             }
-            return ExecResult(0, False, 1.0, "\n".join(wire.encode(probe.probe_id, payload)), log)
+            return ExecResult(0, False, 1.0, "\n".join(wire.encode(probe.probe_id, payload)))
         self.launched.append(spec.run_id)
         if spec.run_id == self.interrupt_at:
             raise KeyboardInterrupt
         n = spec.world_size
         ranks = [wire.RankReport(r, r, "vm", "cpu", 1.0, [0.25] * 4, 0.0, 10**9) for r in range(n)]
         report = wire.RunReport(spec.run_id, "gloo", n, 4 * 10**6, spec.batch_per_gpu * 4, ranks)
-        return ExecResult(0, False, 2.0, "\n".join(wire.encode(spec.run_id, report.to_dict())), log)
+        return ExecResult(0, False, 2.0, "\n".join(wire.encode(spec.run_id, report.to_dict())))
 
 
 def prepare(argv: list[str], env: Environment) -> stages.Sweep:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from pathlib import Path
 
 import pytest
 from bench_builders import config_for, cpu_machine
@@ -197,7 +196,7 @@ def test_key_error_lines_pick_what_went_wrong() -> None:
 
 
 def result(code: int | None, output: str, timed_out: bool = False) -> ExecResult:
-    return ExecResult(code, timed_out, 12.5, output, Path("/dev/null"))
+    return ExecResult(code, timed_out, 12.5, output)
 
 
 def test_failure_classes() -> None:
