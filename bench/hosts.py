@@ -191,9 +191,9 @@ def plan_node_sweep(
 
     Node count k takes the first k hosts, so every run includes the rendezvous host. Defaults:
     node counts 1, 2, 4, ... up to all hosts; ranks per node 1, 2, 4, ... up to what every host
-    has. A count the hosts cannot supply is an error, not silently dropped.
+    has. A count the hosts cannot supply is an error, not silently dropped; counts below 1 are
+    bench.preflight's to refuse.
     """
-    placement = check_placement(placement)
     smallest = min(h.slots for h in placement)
     nodes_list = sorted(set(node_counts)) if node_counts else default_rank_counts(len(placement))
     gpus_list = sorted(set(gpus_per_node)) if gpus_per_node else default_rank_counts(smallest)
@@ -205,8 +205,6 @@ def plan_node_sweep(
         chosen = placement[:k]
         for g in gpus_list:
             short = [str(h) for h in chosen if h.slots < g]
-            if g < 1:
-                raise HostSpecError(f"ranks per node must be >= 1, got {g}")
             if short:
                 raise HostSpecError(
                     f"{g} ranks per node requested but these hosts have fewer slots: "
@@ -418,8 +416,6 @@ def cluster_from_options(
         hosts: Placement = ()
         node_counts = tuple(sorted(set(given["node_counts"])))
         gpus = tuple(sorted(set(given["gpus_per_node"] or (1,))))
-        if min(node_counts) < 1 or min(gpus) < 1:
-            raise HostSpecError("--nodes and --gpus-per-node must be >= 1")
     else:
         hostfile = given["hostfile"]
         # A host given without a slot count has as many as the most --gpus-per-node asks for.
