@@ -307,12 +307,6 @@ def launcher_problem(kind: LauncherKind, env: Environment, device: str) -> str:
     return ""
 
 
-def config_values(config: BenchConfig) -> dict[str, Any]:
-    """Every knob's value in a resolved configuration, by field name."""
-    values = {name: getattr(config, name) for name, _ in knobs(BenchConfig)}
-    return {**values, **config.axes, **dataclasses.asdict(config.workload)}
-
-
 def _capacity_problems(config: BenchConfig, env: Environment) -> list[str]:
     errors = []
     gpu = config.device == "cuda"
@@ -374,7 +368,9 @@ def _feature_problems(config: BenchConfig, env: Environment, models: Sequence[st
 def problems(config: BenchConfig, env: Environment, models: Sequence[str]) -> list[str]:
     """Every impossible request in `config` on this machine: values, paths, ports and tools
     (bench.preflight), capacity, features."""
-    errors = check_values(config_values(config))
+    # every knob's value in the resolved configuration, by field name
+    values = {name: getattr(config, name) for name, _ in knobs(BenchConfig)}
+    errors = check_values({**values, **config.axes, **dataclasses.asdict(config.workload)})
     errors += [
         e for e in (out_problem(config.out_root), nccl_tests_problem(config.nccl_tests)) if e
     ]

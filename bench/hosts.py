@@ -214,17 +214,6 @@ def plan_node_sweep(
     return plans
 
 
-def local_names() -> set[str]:
-    """Names and addresses by which this machine refers to itself."""
-    names = {LOCAL_HOST, "127.0.0.1", "::1", "localhost.localdomain"}
-    for name in (socket.gethostname(), socket.getfqdn()):
-        if name:
-            names.add(name)
-            names.add(name.split(".", 1)[0])
-    names.update(local_addresses())
-    return names
-
-
 def local_addresses() -> set[str]:
     """IPv4 addresses of this machine's interfaces (from /proc/net/fib_trie's local entries)."""
     addresses: set[str] = set()
@@ -242,7 +231,12 @@ def local_addresses() -> set[str]:
 
 
 def is_local_host(name: str) -> bool:
-    return name in local_names()
+    """Whether `name` is one of the names and addresses by which this machine refers to itself."""
+    names = {LOCAL_HOST, "127.0.0.1", "::1", "localhost.localdomain", *local_addresses()}
+    for own in (socket.gethostname(), socket.getfqdn()):
+        if own:
+            names |= {own, own.split(".", 1)[0]}
+    return name in names
 
 
 # --------------------------------------------------------------------------------------------

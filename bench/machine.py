@@ -104,26 +104,18 @@ TENSORFLOW_WHEELS = ("tensorflow", "tensorflow-cpu")
 TENSORFLOW_ENV_SUFFIX = "-tf"
 
 
-def _tensorflow_in(prefix: Path) -> str | None:
-    """The TensorFlow installed in the environment at `prefix` (metadata only, no import)."""
-    for site in sorted(prefix.glob("lib/python3*/site-packages")):
-        for dist in metadata.distributions(path=[str(site)]):
-            # a wheel's name may be written tensorflow_cpu (PEP 503 normalises - _ . alike)
-            if re.sub(r"[-_.]+", "-", (dist.name or "").lower()) in TENSORFLOW_WHEELS:
-                return dist.version
-    return None
-
-
 def tensorflow_env(python: str = sys.executable) -> tuple[str, str | None]:
     """(interpreter, TensorFlow version or None) of the TensorFlow the tf launcher runs: the
     one in `python`'s environment, else the one in the python_env role's environment beside it
     (<env>-tf). `python` is an environment's bin/python (not resolved: a venv's links out)."""
     prefix = Path(python).parent.parent
     beside = Path(f"{prefix}{TENSORFLOW_ENV_SUFFIX}")
-    for env in (prefix, beside):
-        version = _tensorflow_in(env)
-        if version:
-            return str(env / "bin" / Path(python).name), version
+    for env in (prefix, beside):  # metadata only, no import
+        for site in sorted(env.glob("lib/python3*/site-packages")):
+            for dist in metadata.distributions(path=[str(site)]):
+                # a wheel's name may be written tensorflow_cpu (PEP 503 normalises - _ . alike)
+                if re.sub(r"[-_.]+", "-", (dist.name or "").lower()) in TENSORFLOW_WHEELS:
+                    return str(env / "bin" / Path(python).name), dist.version
     return python, None
 
 

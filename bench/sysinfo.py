@@ -108,13 +108,6 @@ def _text(value: str | bytes) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-def nvidia_topology() -> str | None:
-    if shutil.which("nvidia-smi") is None:
-        return None
-    done = run_here(["nvidia-smi", "topo", "-m"], 30)
-    return done.stdout if done.returncode == 0 else None
-
-
 def software_versions() -> dict[str, Any]:
     import torch
 
@@ -136,6 +129,10 @@ def software_versions() -> dict[str, Any]:
 
 
 def collect_system_info(env: Environment) -> dict[str, Any]:
+    gpu = env.device == "cuda"
+    topology = (
+        run_here(["nvidia-smi", "topo", "-m"], 30) if gpu and shutil.which("nvidia-smi") else None
+    )
     return {
         "host": socket.gethostname(),
         "platform": platform.platform(),
@@ -145,8 +142,8 @@ def collect_system_info(env: Environment) -> dict[str, Any]:
         "device": env.device,
         "gpu_name": env.gpu_name,
         "gpu_count": env.gpu_count,
-        "nvml": gpu_inventory() if env.device == "cuda" else {"error": "no CUDA GPU visible"},
-        "topology": nvidia_topology() if env.device == "cuda" else None,
+        "nvml": gpu_inventory() if gpu else {"error": "no CUDA GPU visible"},
+        "topology": topology.stdout if topology and topology.returncode == 0 else None,
         "versions": software_versions(),
         "horovod": {
             "available": env.horovod.available,

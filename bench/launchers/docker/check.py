@@ -225,21 +225,6 @@ def launcher_in_image(
     return _horovod_problem(dataclasses.replace(env, horovod=status), config.device)
 
 
-def machines_for(config: BenchConfig) -> list[Machine]:
-    """This machine, or every --hosts node (each over ssh, with its own bench checkout)."""
-    if config.cluster is None:
-        return [Machine("this machine", node_docker(LOCAL_HOST, LocalSite()), str(REPO_ROOT))]
-    site = site_for(config.cluster)
-    return [
-        Machine(h, node_docker(h, site), config.cluster.remote_workdir)
-        for h in host_names(config.cluster.placement)
-    ]
-
-
-def images_of(config: BenchConfig) -> list[str]:
-    return [c for c in config.axes.get("container", (NO_CONTAINER,)) if c != NO_CONTAINER]
-
-
 def _refusals(config: BenchConfig, references: Sequence[str]) -> list[str]:
     errors = []
     if config.cluster is not None and config.cluster.slurm:
@@ -310,13 +295,21 @@ def check_images(config: BenchConfig, env: Environment) -> DockerWrapper:
     """Every --container image checked (see the module docstring), by the name given, as the
     sweep's wrapper; raises ConfigError listing every problem. A host-only sweep asks Docker
     nothing."""
-    references = images_of(config)
+    references = [c for c in config.axes.get("container", ()) if c != NO_CONTAINER]
     if not references:
         return wrapper_for({}, config)
     errors = _refusals(config, references)
     if errors:
         raise ConfigError("\n".join(f"  - {e}" for e in errors))
-    machines = machines_for(config)
+    # this machine, or every --hosts node (each over ssh, with its own bench checkout)
+    if config.cluster is None:
+        machines = [Machine("this machine", node_docker(LOCAL_HOST, LocalSite()), str(REPO_ROOT))]
+    else:
+        site = site_for(config.cluster)
+        machines = [
+            Machine(h, node_docker(h, site), config.cluster.remote_workdir)
+            for h in host_names(config.cluster.placement)
+        ]
     answers = [docker_info(m) for m in machines]
     errors = [why for _, why in answers if why]
     if errors:
