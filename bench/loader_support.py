@@ -74,12 +74,6 @@ def dali_problem(device: str, torch_major: int | None, dali_majors: Sequence[int
     return ""
 
 
-def nvjpeg_problem(device: str, decode_problem: Callable[[], str]) -> str:
-    if device != "cuda":
-        return "nvJPEG decodes on the GPU; this sweep runs on CPU"
-    return decode_problem()
-
-
 def loader_problem(
     loader: str,
     device: str,
@@ -91,8 +85,10 @@ def loader_problem(
     machine's facts through the detection functions (default: this machine's)."""
     if loader == "torch" or loader == TF_DATA.name:  # tf.data: wherever TensorFlow is
         return ""
+    if loader == "nvjpeg" and device != "cuda":
+        return "nvJPEG decodes on the GPU; this sweep runs on CPU"
     if loader == "nvjpeg":
-        return nvjpeg_problem(device, decode_problem or gpu_decode_problem)
+        return (decode_problem or gpu_decode_problem)()
     if loader == "dali":
         majors = (dali_majors or dali_cuda_majors)()
         return dali_problem(device, (torch_major or torch_cuda_major)(), majors)

@@ -159,10 +159,6 @@ def identify_gpu(device_name: str) -> GpuPeak | None:
     return None
 
 
-def precision_family(precision: str) -> str:
-    return "amp" if precision.startswith("amp") else precision
-
-
 def peak_flops(gpu: GpuPeak, precision: str) -> float | None:
     """The peak that bounds a run at `precision` (AMP's convolutions run in fp16/bf16)."""
     return {
@@ -201,7 +197,7 @@ def mfu(
 
 
 def published_for(gpu: GpuPeak, precision: str) -> list[Published]:
-    wanted = precision_family(precision)
+    wanted = "amp" if precision.startswith("amp") else precision  # amp-bf16, amp-fp16: amp
     return [p for p in published_on(gpu) if p.precision == wanted]
 
 

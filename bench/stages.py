@@ -49,7 +49,7 @@ from bench.report import per_gpu
 from bench.results import ResultStore
 from bench.resume import Saved, open_saved
 from bench.schema import ProbeRow, Status
-from bench.spec import HostSlots, ProbeSpec, RunSpec, runs_on_host
+from bench.spec import ProbeSpec, RunSpec, runs_on_host
 from bench.sweep_lock import SweepLock, acquire
 from bench.sysinfo import collect_system_info
 
@@ -84,11 +84,6 @@ def unavailable_reason(sweep: Sweep, spec: RunSpec) -> str:
     """Why a run is recorded without launching it ("" when it runs): its launcher cannot run
     where the run runs (the host or its image), or not in this configuration."""
     return sweep.wrapper.unavailable(spec, sweep.unavailable) or why_not_runnable(spec)
-
-
-def hosts_for(config: BenchConfig) -> tuple[HostSlots, ...]:
-    """The hosts runs are placed on: this machine, with as many slots as the largest run."""
-    return local_placement(max(config.gpu_counts))
 
 
 def connect(cluster: ClusterConfig | None) -> ClusterLauncher | None:
@@ -145,7 +140,7 @@ def choose_launcher(sweep: Sweep, nodes: ClusterLauncher | None) -> Launcher:
 def plan_runs_and_probes(sweep: Sweep, env: Environment) -> None:
     """The runs and probes, in order, and the system facts saved with them."""
     config, meta = sweep.config, sweep.meta
-    hosts = hosts_for(config)
+    hosts = local_placement(max(config.gpu_counts))  # this machine, slots for the largest run
     sweep.runs = sweep.wrapper.pin(plan_sweep(config, meta["sweep_id"], hosts, env.cores))
     sweep.probes = plan_probes(config, meta["sweep_id"], hosts, env.cores)
     meta["system"] = collect_system_info(env)
