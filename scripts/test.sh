@@ -8,9 +8,9 @@
 #                 the signed stand-in of NVIDIA's apt repo (fresh throwaway key) served on docker0
 #   4. pytest     the bench's unit and integration tests (real torchrun/horovodrun, netns hosts, Slurm)
 #   5. molecule   every scenario under molecule/: create, converge, idempotence, verify, destroy
-#   (1-3 overlap where they can: the images are built while setup compiles Horovod, and the
-#   wheelhouse and the pytest-only packages download while lint runs; 4 and 5 share one pool of two
-#   jobs: pytest from the start, the scenarios longest first)
+#   (1-3 overlap where they can: the images are built and the wheelhouse downloaded while setup
+#   compiles Horovod, and the pytest-only packages download while lint runs; 4 and 5 share one pool
+#   of two jobs: pytest from the start, the scenarios longest first)
 # Every step runs even when an earlier one failed (except setup/infra, which the rest need); the
 # script prints a summary and exits non-zero if anything failed.
 #
@@ -27,6 +27,10 @@ export PY_COLORS=0 ANSIBLE_NOCOLOR=1 PYTHONUNBUFFERED=1
 logs=$repo/.work/logs
 mkdir -p "$logs"
 suite_start=$(date +%s)
+# cpu_ticks: "busy total" jiffies of all cores so far: /proc/stat's first line, user to steal
+# (idle and iowait are not busy; guest time is already in user), proc(5).
+cpu_ticks() { awk '/^cpu /{idle=$5+$6; t=0; for(i=2;i<=9;i++) t+=$i; print t-idle, t; exit}' /proc/stat; }
+cpu_start=$(cpu_ticks)
 declare -a summary=()
 failed=0
 passed=0
@@ -56,6 +60,10 @@ print_summary() {
   printf '\n==== summary (%ss) ====\n' "$(( $(date +%s) - suite_start ))"
   printf '%s\n' "${summary[@]}"
   echo "suite: $passed passed, $failed failed"
+  # How busy the machine was: near 100% means the suite's length is its work over the cores.
+  read -r busy0 total0 <<<"$cpu_start"
+  read -r busy1 total1 <<<"$(cpu_ticks)"
+  echo "cpu: $(( 100 * (busy1 - busy0) / (total1 - total0 + 1) ))% busy across $(nproc) cores"
 }
 
 needs_infra=0
@@ -134,18 +142,24 @@ if [ "$needs_infra" = 1 ]; then
   step packages packages || { print_summary; exit 1; }
   # debootstrap is mostly downloads and unpacking, setup mostly compiling Horovod: side by side.
   beside images images
+  # The wheelhouse only downloads (~4.5 GB of CUDA wheels on a fresh machine): with the machine's
+  # own pip it starts now, beside setup (pip 23.2.1 fetched the same 145 files as the venv's pip,
+  # 2026-11-25); otherwise with the venv's, after setup.
+  if python3 -m pip --version >/dev/null 2>&1; then
+    beside wheelhouse env PYTHON=python3 tests/infra/wheelhouse.sh
+  fi
 fi
 
 step setup scripts/bootstrap.sh || { print_summary; exit 1; }
 
-if [ "$needs_infra" = 1 ]; then
-  # Downloads (the wheelhouse is ~4 GB of CUDA wheels on a fresh machine), beside lint.
+if [ "$needs_infra" = 1 ] && [ -z "${beside_pids[wheelhouse]:-}" ]; then
   beside wheelhouse tests/infra/wheelhouse.sh
 fi
 if wants pytest; then
   # DALI for the DALI loader's test with CPU operators (1.1 GB with its dependencies) and
   # tensorflow-cpu for the tf launcher's rank tests (274 MB); not part of the bootstrap's quick
-  # start. Pinned in constraints.txt.
+  # start. Pinned in constraints.txt, with everything they would change in what setup installed
+  # (packaging), so installing them beside lint adds packages and replaces none.
   beside pytest-packages bash -c 'python -m pip install -q -c constraints.txt nvidia-dali-cuda120 &&
     python -m pip install -q -c constraints.txt tensorflow-cpu'
 fi
