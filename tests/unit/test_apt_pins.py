@@ -1,4 +1,5 @@
-"""The apt pins the roles write select packages by name or glob(7), never by /regex/.
+"""The apt pins the roles write select packages by name or glob(7), never by /regex/; and the
+roles refresh apt's lists in one place (the last test).
 
 apt_preferences(5) lets a Package field hold names, globs and /regexes/, each standing for the
 names it matches; but apt tests a regex against every package name whenever it opens its cache.
@@ -56,3 +57,23 @@ def test_driver_pin_globs_cover_the_driver_packages_and_nothing_else():
     assert [p for p in driver if not pinned(p)] == []
     others = ["cuda-toolkit-13-0", "libnccl2", "cudnn9-cuda-13", "datacenter-gpu-manager-4-core"]
     assert [p for p in others if pinned(p)] == []
+
+
+# Roles refresh apt's lists only through apt_source's `lists` entry point, which also refreshes
+# lists that are missing however new their directory is. ansible.builtin.apt's cache_valid_time
+# reads only the time (the mtime of /var/lib/apt/lists when no update-success-stamp exists), so a
+# host imaged within the hour with its lists removed got "No package matching 'xz-utils' is
+# available" from the cudnn archive install (CI's fresh test images, 2026-11-25). gpu_prereqs
+# keeps its own refresh: check mode needs the lists there (apt cannot say what it would install
+# without them), and apt_source's refresh does not run in check mode.
+OWN_REFRESH = {"apt_source", "gpu_prereqs"}
+REFRESH = re.compile(r"^\s*(update_cache|cache_valid_time):", re.M)
+
+
+def test_roles_refresh_apt_lists_only_through_apt_source():
+    refreshing = {
+        str(path.relative_to(ROLES))
+        for path in ROLES.glob("*/tasks/*.yml")
+        if REFRESH.search(path.read_text())
+    }
+    assert {p.split("/")[0] for p in refreshing} == OWN_REFRESH, refreshing
