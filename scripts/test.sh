@@ -8,9 +8,9 @@
 #                 the signed stand-in of NVIDIA's apt repo (fresh throwaway key) served on docker0
 #   4. pytest     the bench's unit and integration tests (real torchrun/horovodrun, netns hosts, Slurm)
 #   5. molecule   every scenario under molecule/: create, converge, idempotence, verify, destroy
-#   (1-3 overlap where they can: the images are built and the wheelhouse downloaded while setup
-#   compiles Horovod, and the pytest-only packages download while lint runs; 4 and 5 share one pool
-#   of two jobs: pytest from the start, the scenarios longest first)
+#   (1-3 overlap where they can: the images are built while setup compiles Horovod, and the
+#   wheelhouse and the pytest-only packages download while lint runs; 4 and 5 share one pool of two
+#   jobs: pytest from the start, the scenarios longest first)
 # Every step runs even when an earlier one failed (except setup/infra, which the rest need); the
 # script prints a summary and exits non-zero if anything failed.
 #
@@ -142,17 +142,13 @@ if [ "$needs_infra" = 1 ]; then
   step packages packages || { print_summary; exit 1; }
   # debootstrap is mostly downloads and unpacking, setup mostly compiling Horovod: side by side.
   beside images images
-  # The wheelhouse only downloads (~4.5 GB of CUDA wheels on a fresh machine): with the machine's
-  # own pip it starts now, beside setup (pip 23.2.1 fetched the same 145 files as the venv's pip,
-  # 2026-11-25); otherwise with the venv's, after setup.
-  if python3 -m pip --version >/dev/null 2>&1; then
-    beside wheelhouse env PYTHON=python3 tests/infra/wheelhouse.sh
-  fi
 fi
 
 step setup scripts/bootstrap.sh || { print_summary; exit 1; }
 
-if [ "$needs_infra" = 1 ] && [ -z "${beside_pids[wheelhouse]:-}" ]; then
+if [ "$needs_infra" = 1 ]; then
+  # Downloads (~4.5 GB of CUDA wheels on a fresh machine), beside lint. Started beside setup
+  # instead, it made setup 138 s slower on a fresh machine and gained nothing (2026-11-25).
   beside wheelhouse tests/infra/wheelhouse.sh
 fi
 if wants pytest; then
