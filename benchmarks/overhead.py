@@ -36,7 +36,7 @@ from bench.launchers import Launch  # noqa: E402
 from bench.launchers.local import LocalLauncher, execute  # noqa: E402
 from bench.machine import cpu_cores  # noqa: E402
 from bench.plan import local_placement, threads_per_rank  # noqa: E402
-from bench.spec import RunSpec, Variant, Workload  # noqa: E402
+from bench.spec import NO_LOADER, RunSpec, Variant, Workload  # noqa: E402
 
 MINIMAL_MARK = "MINIMAL_IMG_S"
 AMP = {"amp-fp16": "float16", "amp-bf16": "bfloat16"}
@@ -150,6 +150,7 @@ def harness_spec(args: argparse.Namespace, round_index: int) -> RunSpec:
             precision=args.precision,
             channels_last=args.memory_format == "channels_last",
             compile=args.compile == "on",
+            loader=NO_LOADER,  # synthetic data, made on the device
         ),
         workload=Workload(
             model=args.model,
@@ -167,6 +168,8 @@ def harness_spec(args: argparse.Namespace, round_index: int) -> RunSpec:
             device=args.device,
             seed=0,
             timed_seconds=0.0,  # fixed step counts, as in the minimal loop
+            compile_ddp_split=False,
+            profile=False,
         ),
         batch_per_gpu=args.batch_size,
         scaling="weak",
