@@ -147,8 +147,8 @@ fi
 step setup scripts/bootstrap.sh || { print_summary; exit 1; }
 
 if [ "$needs_infra" = 1 ]; then
-  # Downloads (~4.5 GB of CUDA wheels on a fresh machine), beside lint. Started beside setup
-  # instead, it made setup 138 s slower on a fresh machine and gained nothing (2026-11-25).
+  # Downloads (~4.5 GB of CUDA wheels on a fresh machine), beside lint. Tried beside setup with the
+  # machine's own pip, setup took 393 s against 255 without it (one fresh run each, 2026-11-25).
   beside wheelhouse tests/infra/wheelhouse.sh
 fi
 if wants pytest; then
