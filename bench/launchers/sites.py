@@ -69,6 +69,11 @@ class SshOptions:
         args: list[str] = []
         if self.config_file:
             args += ["-F", self.config_file]
+        # --ssh-option first: ssh keeps the first value it obtains for each option (ssh_config(5),
+        # "For each parameter, the first obtained value will be used"; man.openbsd.org, checked
+        # 2026-11-25), so a user's StrictHostKeyChecking=yes or ConnectTimeout=30 wins over ours.
+        for option in self.extra_options:
+            args += ["-o", option]
         args += [
             "-o",
             "BatchMode=yes",
@@ -85,8 +90,6 @@ class SshOptions:
             args += ["-i", self.identity_file, "-o", "IdentitiesOnly=yes"]
         if self.user:
             args += ["-o", f"User={self.user}"]
-        for option in self.extra_options:
-            args += ["-o", option]
         return args
 
 

@@ -12,6 +12,7 @@ import dataclasses
 import json
 import os
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -93,6 +94,17 @@ def test_ssh_options_for_a_fleet() -> None:
     ):
         assert expected in joined
     assert argv[-3:] == ["node1", "--", "sh -c 'echo hi'"]
+
+
+@pytest.mark.skipif(shutil.which("ssh") is None, reason="needs OpenSSH's client")
+def test_a_users_ssh_option_wins_over_the_bench_defaults() -> None:
+    # ssh -G prints the configuration it would use, without connecting.
+    options = SshOptions(extra_options=("StrictHostKeyChecking=yes", "ConnectTimeout=30"))
+    argv = [*ssh_argv("node1", "true", options)[:-3], "-G", "node1"]
+    done = subprocess.run(argv, capture_output=True, text=True, check=True)
+    effective = dict(line.split(" ", 1) for line in done.stdout.splitlines() if " " in line)
+    assert effective["stricthostkeychecking"] == "true"  # what ssh -G prints for "yes"
+    assert effective["connecttimeout"] == "30"
 
 
 def test_remote_command_survives_the_remote_shell_intact(tmp_path: Path) -> None:
