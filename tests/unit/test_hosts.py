@@ -323,3 +323,11 @@ def test_every_cluster_option_is_generated_from_a_clusterconfig_field() -> None:
         ["--hostfile"],
         ["--slurm"],
     ]
+
+
+def test_an_ssh_option_without_a_value_is_refused_by_the_parser(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--hosts", "a,b", "--ssh-option", "Foo"])
+    assert "expected KEY=VALUE, got 'Foo'" in capsys.readouterr().err
