@@ -29,8 +29,7 @@ from bench.hosts import ClusterConfig, parse_hosts
 from bench.launchers import RUN_TAG_VAR, ExecResult, launch_of, new_tag
 from bench.launchers.argv import NodeCommand, torchrun_argv
 from bench.launchers.cluster import ClusterLauncher
-from bench.launchers.logs import failure_reason
-from bench.launchers.multinode import kill_run, run_on_nodes
+from bench.launchers.multinode import failure_reason, kill_run, run_on_nodes
 from bench.launchers.sites import (
     REMOTE_SCRATCH,
     FetchError,
