@@ -41,6 +41,7 @@ from bench.launchers.cluster import ClusterLauncher
 from bench.launchers.docker import DockerWrapper
 from bench.launchers.docker.check import check_images
 from bench.launchers.local import LocalLauncher
+from bench.machine import collect_system_info
 from bench.machine_defaults import chosen_defaults, resolve
 from bench.plan import local_placement, plan_probes, plan_sweep, why_not_runnable
 from bench.preflight import cluster_problems
@@ -51,7 +52,6 @@ from bench.resume import Saved, open_saved
 from bench.schema import ProbeRow, Status
 from bench.spec import ProbeSpec, RunSpec, runs_on_host
 from bench.sweep_lock import SweepLock, acquire
-from bench.sysinfo import collect_system_info
 
 
 @dataclass

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from bench import reference, sysinfo
+from bench import machine, reference
 from bench.rank import faults, telemetry
 
 
@@ -173,7 +173,7 @@ def test_relevant_environment() -> None:
         "CUDA_VISIBLE_DEVICES": "0,1",
         "PATH": "/bin",
     }
-    assert sysinfo.relevant_environment(env) == {
+    assert machine.relevant_environment(env) == {
         "CUDA_VISIBLE_DEVICES": "0,1",
         "GLOO_SOCKET_IFNAME": "eth0",
         "NCCL_IB_HCA": "mlx5",
@@ -181,7 +181,7 @@ def test_relevant_environment() -> None:
 
 
 def test_git_revision_outside_a_repository(tmp_path: Path) -> None:
-    assert sysinfo.git_revision(tmp_path)["sha"] == "unknown"
+    assert machine.git_revision(tmp_path)["sha"] == "unknown"
 
 
 def test_fault_parsing() -> None:
