@@ -16,8 +16,7 @@ from bench_builders import run_row, with_status
 
 from bench import sweep_lock
 from bench.report.__main__ import main as report_main
-from bench.results import ResultStore, StoreError
-from bench.salvage import read_csv
+from bench.results import ResultStore, StoreError, read_csv
 from bench.schema import RunRow
 
 META = {"sweep_id": "s1", "config": {"device": "cpu"}, "state": "running"}

@@ -66,7 +66,7 @@ def test_frame_round_trip_keeps_missing_measurements_missing() -> None:
     frame = to_frame(rows, RunRow)
     assert frame["throughput"].isna().tolist() == [False, True]
     assert frame["images"].dtype == "Int64"
-    assert from_records(frame.to_dict(orient="records"), RunRow) == rows  # as salvage reads a csv
+    assert from_records(frame.to_dict(orient="records"), RunRow) == rows  # as read_csv reads one
 
 
 def test_store_appends_rows_to_parquet_and_csv(tmp_path: Path) -> None:
