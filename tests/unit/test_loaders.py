@@ -19,7 +19,7 @@ import torch
 from PIL import Image
 
 from bench import datasets, loader_support
-from bench.rank import data
+from bench.rank import worker
 from bench.rank.loaders import (
     LOADERS,
     LoaderRequest,
@@ -228,8 +228,8 @@ def request_for(root: Path, rank: int, world: int, workers: int, batch: int = 4)
 
 def batches_of(
     loader: str, root: Path, rank: int, world: int, workers: int
-) -> Iterator[data.Batch]:
-    return data.make_batches(request_for(root, rank, world, workers), loader)
+) -> Iterator[worker.Batch]:
+    return worker.make_batches(request_for(root, rank, world, workers), loader)
 
 
 @pytest.mark.parametrize("loader", ["torch", "nvjpeg"])
@@ -284,22 +284,22 @@ def test_nvjpeg_batches_cross_from_workers_as_one_buffer(jpeg_folder: Path) -> N
 def test_too_few_images_for_a_batch_on_every_rank_is_an_error(jpeg_folder: Path) -> None:
     for loader in ("torch", "nvjpeg"):
         with pytest.raises(ValueError, match="24 images give no full batch of 8 on each of 4"):
-            next(data.make_batches(request_for(jpeg_folder, 0, 4, 0, batch=8), loader))
+            next(worker.make_batches(request_for(jpeg_folder, 0, 4, 0, batch=8), loader))
 
 
 def test_loader_rate_counts_images_per_second_after_skipping_the_queue() -> None:
     pulled = []
 
-    def batches() -> Iterator[data.Batch]:
+    def batches() -> Iterator[worker.Batch]:
         while True:
             pulled.append(1)
             yield torch.zeros(5, 3, 2, 2), torch.zeros(5)
 
-    rate = data.loader_rate(batches(), max_batches=7, device=CPU, skip=3)
+    rate = worker.loader_rate(batches(), max_batches=7, device=CPU, skip=3)
     assert len(pulled) == 10
     assert rate > 0 and math.isfinite(rate)
     pulled.clear()
-    data.loader_rate(batches(), max_batches=1000, device=CPU, max_seconds=0.0)
+    worker.loader_rate(batches(), max_batches=1000, device=CPU, max_seconds=0.0)
     assert len(pulled) == 1  # the time limit still takes one batch
 
 
@@ -327,7 +327,7 @@ def test_an_unknown_loader_name_is_an_error_that_names_the_choices(jpeg_folder: 
     with pytest.raises(ValueError, match=choices):
         loader_named("pil")
     with pytest.raises(ValueError, match=choices):
-        data.make_batches(request_for(jpeg_folder, 0, 1, 0), "pil")
+        worker.make_batches(request_for(jpeg_folder, 0, 1, 0), "pil")
     assert loader_support.loader_problem("pil", "cpu", **facts()) == choices
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import torch
 
-from bench.rank import data, engines, models, worker
+from bench.rank import engines, models, worker
 from bench.rank.loaders import LoaderRequest
 from bench.spec import NO_LOADER, SYNTHETIC
 
@@ -92,16 +92,16 @@ def input_request(root: str, **fields: Any) -> LoaderRequest:
 
 
 def test_synthetic_batches_are_on_device_in_the_memory_format() -> None:
-    batches = data.make_batches(input_request(SYNTHETIC), NO_LOADER)
+    batches = worker.make_batches(input_request(SYNTHETIC), NO_LOADER)
     images, labels = next(batches)
     assert images.shape == (4, 3, 32, 32) and labels.shape == (4,)
     assert images.is_contiguous(memory_format=torch.channels_last)
     assert int(labels.max()) < 10
     assert next(batches)[0] is images  # made once, reused
     # each rank draws its own batch from the run's seed
-    other_rank = next(data.make_batches(input_request(SYNTHETIC, rank=1), NO_LOADER))[0]
+    other_rank = next(worker.make_batches(input_request(SYNTHETIC, rank=1), NO_LOADER))[0]
     assert not torch.equal(other_rank, images)
-    assert torch.equal(next(data.synthetic_batches(input_request(SYNTHETIC)))[0], images)
+    assert torch.equal(next(worker.synthetic_batches(input_request(SYNTHETIC)))[0], images)
 
 
 def test_loader_request_carries_the_spec_and_the_ranks_place(tmp_path: Path) -> None:
@@ -154,11 +154,11 @@ def test_imagefolder_batches(tmp_path: Path) -> None:
         for i in range(6):
             Image.new("RGB", (40, 30), (i * 20, 0, 0)).save(tmp_path / cls / f"{i}.png")
     request = input_request(str(tmp_path), batch=2, image_size=24, rank=1, world_size=2)
-    batches = data.make_batches(request, "torch")
+    batches = worker.make_batches(request, "torch")
     shapes = [tuple(next(batches)[0].shape) for _ in range(5)]  # 3 batches per epoch: wraps
     assert shapes == [(2, 3, 24, 24)] * 5
     with pytest.raises(ValueError, match="no full batch"):
-        next(data.make_batches(dataclasses.replace(request, batch=7, rank=0), "torch"))
+        next(worker.make_batches(dataclasses.replace(request, batch=7, rank=0), "torch"))
 
 
 class LocalEngine:
