@@ -97,11 +97,6 @@ def launcher_placements(
     return [max(every, key=total_slots)] if launcher_kind(launcher).independent else every
 
 
-def trace_name(run_id: str) -> str:
-    """--profile: the file rank 0 writes its trace to, in the sweep's logs directory."""
-    return f"{run_id}.trace.json"
-
-
 def why_not_runnable(spec: RunSpec) -> str:
     """Why a planned run cannot be launched as asked ("" when it can): limits of a launcher that
     hold for some configurations only. Such runs become `unavailable` rows with this reason."""
@@ -168,7 +163,7 @@ def plan_sweep(
                             batch_per_gpu=batch_per_gpu(config, ranks, variant.grad_accum),
                             scaling=scaling,
                             threads_per_rank=threads_per_rank(cores_per_host, processes),
-                            trace_path=trace_name(rid) if load.profile and repeat == 0 else "",
+                            trace_path=f"{rid}.trace.json" if load.profile and repeat == 0 else "",
                         )
                     )
     return specs

@@ -121,14 +121,11 @@ class Knob:
         if self.default is None:
             return f"{self.gpu} on GPU, {self.cpu} on CPU"
         if self.values is not None:
-            return ",".join(w for w, v in self.values.items() if v in _as_tuple(self.default))
+            default = self.default if isinstance(self.default, tuple) else (self.default,)
+            return ",".join(w for w, v in self.values.items() if v in default)
         if isinstance(self.default, tuple):
             return ",".join(str(v) for v in self.default)
         return str(self.default)
-
-
-def _as_tuple(value: Any) -> tuple[Any, ...]:
-    return value if isinstance(value, tuple) else (value,)
 
 
 def knob(

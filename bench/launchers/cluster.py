@@ -74,13 +74,6 @@ from bench.rank.tf_rules import TF_CONFIG_VAR, tf_config
 from bench.spec import HostSlots, Placement, ProbeSpec, RunSpec, format_hosts
 
 
-def survey_command(python: str, target: str, workdir: str | None) -> str:
-    """`python -m bench.launchers.on_node survey TARGET` from the bench checkout on a node."""
-    argv = [python, "-m", NODE_MODULE, "survey", target]
-    env = {"PYTHONPATH": bench_pythonpath(workdir)} if workdir else None
-    return shell_command(argv, env, workdir)
-
-
 def parse_survey_output(host: str, stdout: str) -> NodeInfo:
     records = survey_records(stdout.splitlines())
     if not records:
@@ -97,7 +90,9 @@ def collect_node_info(
     timeout_s: float = 120,
 ) -> dict[str, NodeInfo]:
     """Survey every node at once; a node that cannot run the survey is a RemoteError."""
-    command = survey_command(python, hosts[0], workdir)
+    # python -m bench.launchers.on_node survey TARGET, from the bench checkout on each node
+    env = {"PYTHONPATH": bench_pythonpath(workdir)} if workdir else None
+    command = shell_command([python, "-m", NODE_MODULE, "survey", hosts[0]], env, workdir)
     results = on_all(hosts, lambda h: run_on_host(h, command, site, timeout_s))
     failed = {h: r for h, r in results.items() if r.returncode != 0}
     if failed:

@@ -15,16 +15,12 @@ from bench.machine import survey, survey_line
 MODULE = "bench.launchers.on_node"
 
 
-def _parser() -> argparse.ArgumentParser:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=f"python -m {MODULE}")
     commands = parser.add_subparsers(dest="command", required=True)
     p_survey = commands.add_parser("survey", help="print this node's versions and route")
     p_survey.add_argument("target", nargs="?", default="", help="the rendezvous host")
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = parser.parse_args(argv)
     print(survey_line(survey(args.target)), flush=True)
     return 0
 

@@ -16,18 +16,14 @@ from typing import Any
 import torch
 
 
-def stride_order(tensor: torch.Tensor) -> list[int]:
-    """The dimensions sorted from largest to smallest stride (a no-op order for row-major)."""
-    return sorted(range(tensor.dim()), key=lambda d: (-tensor.stride(d), d))
-
-
 def row_major_alias(tensor: torch.Tensor) -> tuple[torch.Tensor, list[int] | None]:
     """(a row-major view of `tensor`'s own memory, the permutation that undoes it), or
     (tensor, None) when it already is row-major. Raises ValueError for a tensor with gaps or
     overlapping elements, which no view can make row-major."""
     if tensor.is_contiguous():
         return tensor, None
-    order = stride_order(tensor)
+    # the dimensions from largest to smallest stride (a no-op order for row-major)
+    order = sorted(range(tensor.dim()), key=lambda d: (-tensor.stride(d), d))
     view = tensor.permute(order)
     if not view.is_contiguous():
         raise ValueError(
