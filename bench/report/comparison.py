@@ -1,8 +1,8 @@
 """Measured figures against the outside world: the FLOP bound and published results.
 
 One place for every per-point comparison with bench.reference (datasheet peaks, published
-img/s, and any further reference column such as model FLOP utilisation): add a column to
-`comparison_rows` and its header to `COMPARISON_HEADER`, and the sanity checks can use it too.
+img/s, and any further reference column such as model FLOP utilisation): add a (header, cell)
+pair to `COMPARISON_COLUMNS`, and a field to `Bound` that the sanity checks can use too.
 """
 
 from __future__ import annotations
@@ -13,21 +13,28 @@ from dataclasses import dataclass
 
 from bench import reference, stats
 from bench.report.summary import ScalingPoint
-from bench.report.tables import num, pct, table
+from bench.report.tables import Column, column_table, num, pct
 from bench.schema import RunRow, Status
 
 
 @dataclass(frozen=True)
 class Bound:
-    """The FLOP bound for one point: no GPU trains faster than peak FLOP/s / FLOPs per image."""
+    """The FLOP bound for one point: no GPU trains faster than peak FLOP/s / FLOPs per image;
+    and the published figures for its GPU and precision that the point is set beside."""
 
     point: ScalingPoint
     images_per_s_per_gpu: float  # NaN where the peak or the model's FLOPs are unknown
-    precision: str
+    peer: reference.Published | None  # the harness figure at the nearest GPU count
+    ceiling: reference.Published | None  # MLPerf's
 
     @property
     def utilisation(self) -> float:
         return self.point.throughput_per_gpu / self.images_per_s_per_gpu
+
+    def share_of(self, published: reference.Published | None) -> str:
+        """Measured img/s per GPU as a share of a published figure (n/a without one)."""
+        figure = published.images_per_s_per_gpu if published else math.nan
+        return pct(self.point.throughput_per_gpu / figure)
 
 
 def flop_bounds(runs: Sequence[RunRow], points: Sequence[ScalingPoint]) -> list[Bound]:
@@ -44,48 +51,29 @@ def flop_bounds(runs: Sequence[RunRow], points: Sequence[ScalingPoint]) -> list[
         peak = reference.peak_flops(gpu, sample.precision)
         flops = reference.flops_per_image(sample.model, sample.image_size)
         bound = stats.flop_bound_images_per_s(peak, flops) if peak and flops else math.nan
-        bounds.append(Bound(p, bound, sample.precision))
+        published = reference.published_for(gpu, sample.precision)
+        peer = reference.nearest_published(published, p.gpus)
+        ceiling = next((x for x in published if x.ceiling), None)
+        bounds.append(Bound(p, bound, peer, ceiling))
     return bounds
 
 
-COMPARISON_HEADER = [
-    "launcher",
-    "variant",
-    "GPUs",
-    "img/s per GPU (mean of launches)",
-    "FLOP bound img/s",
-    "of FLOP bound",
-    "published per GPU (nearest GPU count)",
-    "measured / published",
-    "of MLPerf per GPU",
+ABOVE = " **ABOVE THE FLOP BOUND: measurement bug**"
+COMPARISON_COLUMNS: list[Column] = [
+    ("launcher", lambda b: b.point.launcher),
+    ("variant", lambda b: b.point.variant),
+    ("GPUs", lambda b: b.point.gpus),
+    ("img/s per GPU (mean of launches)", lambda b: num(b.point.throughput_per_gpu)),
+    ("FLOP bound img/s", lambda b: num(b.images_per_s_per_gpu, 0)),
+    ("of FLOP bound", lambda b: pct(b.utilisation) + (ABOVE if b.utilisation > 1 else "")),
+    ("published per GPU (nearest GPU count)", lambda b: _published_text(b.peer)),
+    ("measured / published", lambda b: b.share_of(b.peer)),
+    ("of MLPerf per GPU", lambda b: b.share_of(b.ceiling)),
 ]
 
 
-def comparison_rows(gpu: reference.GpuPeak, bounds: Sequence[Bound]) -> list[list[str]]:
-    rows = []
-    for b in bounds:
-        p = b.point
-        published = reference.published_for(gpu, b.precision)
-        peer = reference.nearest_published(published, p.gpus)
-        ceiling = next((x for x in published if x.ceiling), None)
-        verdict = " **ABOVE THE FLOP BOUND: measurement bug**" if b.utilisation > 1 else ""
-        peer_text = (
-            f"{num(peer.images_per_s_per_gpu)} ({peer.source}, {peer.gpus} GPU)" if peer else "none"
-        )
-        rows.append(
-            [
-                p.launcher,
-                p.variant,
-                str(p.gpus),
-                num(p.throughput_per_gpu),
-                num(b.images_per_s_per_gpu, 0),
-                pct(b.utilisation) + verdict,
-                peer_text,
-                pct(p.throughput_per_gpu / peer.images_per_s_per_gpu) if peer else "n/a",
-                pct(p.throughput_per_gpu / ceiling.images_per_s_per_gpu) if ceiling else "n/a",
-            ]
-        )
-    return rows
+def _published_text(peer: reference.Published | None) -> str:
+    return f"{num(peer.images_per_s_per_gpu)} ({peer.source}, {peer.gpus} GPU)" if peer else "none"
 
 
 def reference_section(runs: Sequence[RunRow], points: Sequence[ScalingPoint]) -> list[str]:
@@ -97,23 +85,20 @@ def reference_section(runs: Sequence[RunRow], points: Sequence[ScalingPoint]) ->
     if gpu is None:
         return [f"{name}: no published figures or datasheet peak on file."]
     lines = [f"Detected **{name}** (datasheet: {gpu.name}).", ""]
-    lines += table(COMPARISON_HEADER, comparison_rows(gpu, flop_bounds(runs, points)))
+    lines += column_table(COMPARISON_COLUMNS, flop_bounds(runs, points))
     lines += ["", "Published figures for this GPU:", ""]
-    lines += table(
-        ["source", "precision", "layout", "batch/GPU", "GPUs", "img/s per GPU", "MFU", "note"],
+    lines += column_table(
         [
-            [
-                f"[{p.source}]({p.url})" if p.url else p.source,
-                p.precision,
-                p.layout,
-                str(p.batch_per_gpu or "?"),
-                str(p.gpus),
-                num(p.images_per_s_per_gpu),
-                pct(reference.mfu(p.images_per_s_per_gpu, gpu, p.precision)),
-                p.note,
-            ]
-            for p in reference.published_on(gpu)
+            ("source", lambda p: f"[{p.source}]({p.url})" if p.url else p.source),
+            ("precision", lambda p: p.precision),
+            ("layout", lambda p: p.layout),
+            ("batch/GPU", lambda p: p.batch_per_gpu or "?"),
+            ("GPUs", lambda p: p.gpus),
+            ("img/s per GPU", lambda p: num(p.images_per_s_per_gpu)),
+            ("MFU", lambda p: pct(reference.mfu(p.images_per_s_per_gpu, gpu, p.precision))),
+            ("note", lambda p: p.note),
         ],
+        reference.published_on(gpu),
     )
     lines += [
         "",

@@ -18,13 +18,13 @@ from bench.report.plots import plot_efficiency, plot_throughput
 from bench.report.profiles import profile_section
 from bench.report.summary import ScalingPoint, summarise
 from bench.report.tables import (
+    column_table,
     failures_section,
     launcher_comparison,
     num,
     probe_table,
     scaling_table,
     system_section,
-    table,
     telemetry_section,
 )
 from bench.results import ResultStore, atomic_write_bytes, write_views
@@ -192,57 +192,49 @@ def write_report(directory: Path) -> Path:
 
 
 def image_table(images: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    rows = []
-    for reference, facts in images.items():
-        torch = f"{facts.get('torch')} (CUDA {facts.get('torch_cuda')}, NCCL {facts.get('nccl')})"
-        rows.append(
-            [
-                f"@{container_label(reference)}",
-                f"`{reference}`",
-                f"`{facts.get('digest')}`",
-                f"{facts.get('executable')} {facts.get('python')}",
-                torch,
-                str(facts.get("horovod") or "none"),
-            ]
-        )
-    return table(["label", "image", "digest (what ran)", "python", "torch", "Horovod"], rows)
+    return column_table(
+        [
+            ("label", lambda i: f"@{container_label(i['reference'])}"),
+            ("image", lambda i: f"`{i['reference']}`"),
+            ("digest (what ran)", lambda i: f"`{i.get('digest')}`"),
+            ("python", lambda i: f"{i.get('executable')} {i.get('python')}"),
+            (
+                "torch",
+                lambda i: f"{i.get('torch')} (CUDA {i.get('torch_cuda')}, NCCL {i.get('nccl')})",
+            ),
+            ("Horovod", lambda i: i.get("horovod") or "none"),
+        ],
+        [{**facts, "reference": reference} for reference, facts in images.items()],
+    )
 
 
 def side_by_side(points: Sequence[ScalingPoint]) -> list[str]:
     """Each configuration run in an image beside the same one on the host, where both ran."""
     host = {(p.launcher, p.variant, p.gpus, p.nodes): p for p in points if "@" not in p.variant}
-    rows = []
-    for p in points:
-        base, inside, short = p.variant.partition("@")
-        on_host = host.get((p.launcher, base, p.gpus, p.nodes))
-        if not inside or on_host is None:
-            continue
-        ratio = p.throughput / on_host.throughput if on_host.throughput else float("nan")
-        rows.append(
-            [
-                p.launcher,
-                base,
-                str(p.gpus),
-                str(p.nodes),
-                f"@{short}",
-                num(on_host.throughput),
-                num(p.throughput),
-                num(ratio, 3),
-            ]
-        )
-    if not rows:
+
+    def on_host(p: ScalingPoint) -> ScalingPoint | None:
+        return host.get((p.launcher, p.variant.partition("@")[0], p.gpus, p.nodes))
+
+    def ratio(p: ScalingPoint) -> str:
+        base = on_host(p).throughput
+        return num(p.throughput / base if base else math.nan, 3)
+
+    inside = [p for p in points if "@" in p.variant and on_host(p) is not None]
+    if not inside:
         return []
-    header = [
-        "launcher",
-        "variant",
-        "ranks" if points[0].cpu else "GPUs",
-        "nodes",
-        "image",
-        "host img/s (mean of launches)",
-        "image img/s (mean of launches)",
-        "image / host",
-    ]
-    return table(header, rows)
+    return column_table(
+        [
+            ("launcher", lambda p: p.launcher),
+            ("variant", lambda p: p.variant.partition("@")[0]),
+            ("ranks" if points[0].cpu else "GPUs", lambda p: p.gpus),
+            ("nodes", lambda p: p.nodes),
+            ("image", lambda p: "@" + p.variant.partition("@")[2]),
+            ("host img/s (mean of launches)", lambda p: num(on_host(p).throughput)),
+            ("image img/s (mean of launches)", lambda p: num(p.throughput)),
+            ("image / host", ratio),
+        ],
+        inside,
+    )
 
 
 def container_section(points: Sequence[ScalingPoint], meta: Mapping[str, Any]) -> list[str]:

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from bench import stats
 from bench.report.summary import ScalingPoint, rows_of
-from bench.report.tables import num, pct, table
+from bench.report.tables import Column, column_table, num, pct
 from bench.schema import RunRow
 from bench.spec import Variant, knobs
 
@@ -33,49 +33,48 @@ def _mean(rows: Sequence[RunRow], column: str) -> float:
     return stats.mean([v for r in rows if (v := getattr(r, column)) is not None])
 
 
+class Effect(NamedTuple):
+    """One configuration in an effect table, sorted on the fields before `point`."""
+
+    launcher: str
+    nodes: int
+    gpus: int
+    base: str  # the configuration's label with the knob at its default
+    value: Any  # the knob's value
+    point: ScalingPoint
+    good: list[RunRow]
+
+
 def effect_table(knob: str, points: Sequence[ScalingPoint], runs: Sequence[RunRow]) -> list[str]:
     """One row per configuration, grouped so each knob value sits beside the others."""
     default = next(f.default for f in dataclasses.fields(Variant) if f.name == knob)
-    entries: list[tuple[Any, ...]] = []
+    entries: list[Effect] = []
     for p in points:
         good = rows_of(p, runs)
         if not good:
             continue
         variant = variant_of(good[0])
         base = dataclasses.replace(variant, **{knob: default}).label
-        entries.append((p.launcher, p.nodes, p.gpus, base, getattr(variant, knob), p, good))
-    if len({e[4] for e in entries}) < 2:
+        entries.append(Effect(p.launcher, p.nodes, p.gpus, base, getattr(variant, knob), p, good))
+    if len({e.value for e in entries}) < 2:
         return []
     spec = dict(knobs(Variant))[knob]
     words = {v: w for w, v in spec.values.items()} if spec.values else {}
-    rows = []
-    for launcher, _, gpus, base, value, p, good in sorted(entries, key=lambda e: e[:5]):
-        rows.append(
-            [
-                launcher,
-                base,
-                str(gpus),
-                words.get(value, str(value)),
-                str(p.global_batch),
-                num(p.throughput),
-                pct(p.efficiency),
-                num(_mean(good, "allreduce_mb_per_image"), 3),
-                num(_mean(good, "peak_memory_gb"), 2),
-            ]
-        )
-    unit = "ranks" if any(p.cpu for p in points) else "GPUs"
-    header = [
-        "launcher",
-        "configuration",
-        unit,
-        spec.flag,
-        "global batch (per step)",
-        "img/s (mean of launches)",
-        "efficiency vs ideal",
-        "allreduce MB per image (mean)",
-        "peak memory GB (mean)",
+    columns: list[Column] = [
+        ("launcher", lambda e: e.launcher),
+        ("configuration", lambda e: e.base),
+        ("ranks" if any(p.cpu for p in points) else "GPUs", lambda e: e.gpus),
+        (spec.flag, lambda e: words.get(e.value, str(e.value))),
+        ("global batch (per step)", lambda e: e.point.global_batch),
+        ("img/s (mean of launches)", lambda e: num(e.point.throughput)),
+        ("efficiency vs ideal", lambda e: pct(e.point.efficiency)),
+        (
+            "allreduce MB per image (mean)",
+            lambda e: num(_mean(e.good, "allreduce_mb_per_image"), 3),
+        ),
+        ("peak memory GB (mean)", lambda e: num(_mean(e.good, "peak_memory_gb"), 2)),
     ]
-    return table(header, rows)
+    return column_table(columns, sorted(entries, key=lambda e: e[:5]))
 
 
 def effects_section(points: Sequence[ScalingPoint], runs: Sequence[RunRow]) -> list[str]:

@@ -16,7 +16,7 @@ from typing import Any
 
 from bench import reference
 from bench.config import BenchConfig
-from bench.report.tables import escape, num, pct, table
+from bench.report.tables import Column, column_table, escape, num, pct
 from bench.schema import RunRow, Status
 from bench.spec import knobs
 
@@ -143,26 +143,21 @@ def verdicts(runs: Sequence[RunRow], threshold_pct: float) -> list[GpuVerdict]:
     )
 
 
-FLEET_HEADER = ["node", "GPU", "model", "img/s", "vs node median", "vs published", "verdict"]
+FLEET_COLUMNS: list[Column] = [
+    ("node", lambda v: escape(v.node)),
+    ("GPU", lambda v: v.gpu_index),
+    ("model", lambda v: escape(v.model or "?")),
+    ("img/s", lambda v: num(v.throughput)),
+    ("vs node median", lambda v: pct(v.vs_node_median)),
+    ("vs published", lambda v: pct(v.vs_published)),
+    ("verdict", lambda v: f"**{v.verdict}**" if v.flagged else v.verdict),
+]
+FLEET_HEADER = [h for h, _ in FLEET_COLUMNS]
 
 
 def fleet_table(table_rows: Sequence[GpuVerdict]) -> list[str]:
     """The fleet table in Markdown, in the order given (`verdicts`: slowest first)."""
-    return table(
-        FLEET_HEADER,
-        [
-            [
-                escape(v.node),
-                str(v.gpu_index),
-                escape(v.model or "?"),
-                num(v.throughput),
-                pct(v.vs_node_median),
-                pct(v.vs_published),
-                f"**{v.verdict}**" if v.flagged else v.verdict,
-            ]
-            for v in table_rows
-        ],
-    )
+    return column_table(FLEET_COLUMNS, table_rows)
 
 
 def per_gpu_section(table_rows: Sequence[GpuVerdict], threshold_pct: float) -> list[str]:

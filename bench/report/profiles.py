@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from bench.report.tables import escape, num, pct, table
+from bench.report.tables import Column, column_table, escape, num, pct
 
 
 def trace_link(summary: Mapping[str, Any], directory: Path) -> str:
@@ -34,6 +34,15 @@ def communication_text(summary: Mapping[str, Any]) -> str:
     return f"{pct(share)} ({summary.get('basis')})"
 
 
+OP_COLUMNS: list[Column] = [
+    ("op / kernel", lambda op: escape(op["name"][:90])),
+    ("ms per step (self)", lambda op: num(op["ms_per_step"], 2)),
+    ("share", lambda op: pct(op.get("share"))),
+    ("calls per step", lambda op: num(op["calls_per_step"], 1)),
+    ("communication", lambda op: "yes" if op["communication"] else ""),
+]
+
+
 def profile_section(profiles: Mapping[str, Mapping[str, Any]], directory: Path) -> list[str]:
     """One block per profiled run: trace, communication share, top ops/kernels."""
     if not profiles:
@@ -54,18 +63,6 @@ def profile_section(profiles: Mapping[str, Mapping[str, Any]], directory: Path) 
             f"- communication: {communication_text(summary)}",
             "",
         ]
-        rows = [
-            [
-                escape(op["name"][:90]),
-                num(op["ms_per_step"], 2),
-                pct(op.get("share")),
-                num(op["calls_per_step"], 1),
-                "yes" if op["communication"] else "",
-            ]
-            for op in summary.get("top", [])
-        ]
-        lines += table(
-            ["op / kernel", "ms per step (self)", "share", "calls per step", "communication"], rows
-        )
+        lines += column_table(OP_COLUMNS, summary.get("top", []))
         lines.append("")
     return lines

@@ -7,7 +7,7 @@ explains the same headers (a unit test keeps the two in step).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from bench import stats
@@ -42,33 +42,52 @@ def escape(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+def table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     return lines
 
 
-def scaling_header(cpu: bool) -> list[str]:
+Column = tuple[str, Callable[[Any], Any]]  # (header, the cell of one item)
+
+
+def column_table(columns: Sequence[Column], items: Iterable[Any]) -> list[str]:
+    """A table declared once per column: each header beside how its cell is made."""
+    return table([h for h, _ in columns], ([cell(x) for _, cell in columns] for x in items))
+
+
+def scaling_columns(cpu: bool) -> list[Column]:
     """Each column and the statistic it shows; the same words as docs/results/README.md."""
-    unit = "ranks" if cpu else "GPUs"
-    per = "img/s per rank" if cpu else "img/s per GPU"
     return [
-        "launcher",
-        "variant",
-        unit,
-        "nodes",
-        "global batch",
-        "placement",
-        "img/s (mean of launches, 95 % CI)",
-        f"{per} (mean of launches)",
-        "speed-up (ideal)",
-        "efficiency vs ideal (95 % CI)",
-        "allreduce ceiling",
-        "step ms (mean of launches of the per-launch median step)",
-        "data wait (mean of launches)",
-        "CV of img/s",
-        "runs ok",
+        ("launcher", lambda p: p.launcher),
+        ("variant", lambda p: p.variant),
+        ("ranks" if cpu else "GPUs", lambda p: p.gpus),
+        ("nodes", lambda p: p.nodes),
+        ("global batch", lambda p: p.global_batch),
+        ("placement", lambda p: p.placement),
+        (
+            "img/s (mean of launches, 95 % CI)",
+            lambda p: num(p.throughput) + interval(p.throughput_ci, p.runs_ok),
+        ),
+        (
+            f"img/s per {'rank' if cpu else 'GPU'} (mean of launches)",
+            lambda p: num(p.throughput_per_gpu),
+        ),
+        ("speed-up (ideal)", _speedup),
+        ("efficiency vs ideal (95 % CI)", _efficiency),
+        ("allreduce ceiling", lambda p: pct(p.comm_ceiling)),
+        (
+            "step ms (mean of launches of the per-launch median step)",
+            lambda p: num(p.step_time_s * 1e3, 1),
+        ),
+        ("data wait (mean of launches)", lambda p: pct(p.data_wait_fraction)),
+        ("CV of img/s", lambda p: pct(p.cv)),
+        ("runs ok", lambda p: f"{p.runs_ok}/{p.runs_total}"),
     ]
+
+
+def scaling_header(cpu: bool) -> list[str]:
+    return [h for h, _ in scaling_columns(cpu)]
 
 
 def _speedup(p: ScalingPoint) -> str:
@@ -84,27 +103,7 @@ def _efficiency(p: ScalingPoint) -> str:
 
 
 def scaling_table(points: Sequence[ScalingPoint]) -> list[str]:
-    rows = [
-        [
-            p.launcher,
-            p.variant,
-            str(p.gpus),
-            str(p.nodes),
-            str(p.global_batch),
-            p.placement,
-            num(p.throughput) + interval(p.throughput_ci, p.runs_ok),
-            num(p.throughput_per_gpu),
-            _speedup(p),
-            _efficiency(p),
-            pct(p.comm_ceiling),
-            num(p.step_time_s * 1e3, 1),
-            pct(p.data_wait_fraction),
-            pct(p.cv),
-            f"{p.runs_ok}/{p.runs_total}",
-        ]
-        for p in points
-    ]
-    return table(scaling_header(any(p.cpu for p in points)), rows)
+    return column_table(scaling_columns(any(p.cpu for p in points)), points)
 
 
 LAUNCHER_NAMES = {k.name: k.title for k in LAUNCHER_KINDS.values()}
@@ -143,36 +142,24 @@ def launcher_comparison(points: Sequence[ScalingPoint]) -> list[str]:
 
 def probe_table(probes: Sequence[ProbeRow]) -> list[str]:
     """Each probe's bandwidth, and nccl-tests' beside it where it ran (or why it did not)."""
-    beside = any(p.nccl_tests for p in probes)
-    rows = []
-    for p in sorted(probes, key=lambda p: p.gpus):
-        row = [
-            str(p.gpus),
-            p.hosts,
-            p.backend,
-            p.interconnect or p.status,
-            f"{p.nbytes / 1e6:.0f} MB",
-            num((p.time_s or math.nan) * 1e3, 2),
-            num(p.algbw_gbps or math.nan, 2),
-            num(p.busbw_gbps or math.nan, 2),
-        ]
-        if beside:
-            figure = p.nccl_tests_busbw_gbps
-            row.append(num(figure, 2) if figure is not None else escape(p.nccl_tests or "n/a"))
-        rows.append(row)
-    header = [
-        "GPUs",
-        "hosts",
-        "backend",
-        "interconnect",
-        "size",
-        "ms (median)",
-        "algbw GB/s",
-        "busbw GB/s",
+    columns: list[Column] = [
+        ("GPUs", lambda p: p.gpus),
+        ("hosts", lambda p: p.hosts),
+        ("backend", lambda p: p.backend),
+        ("interconnect", lambda p: p.interconnect or p.status),
+        ("size", lambda p: f"{p.nbytes / 1e6:.0f} MB"),
+        ("ms (median)", lambda p: num((p.time_s or math.nan) * 1e3, 2)),
+        ("algbw GB/s", lambda p: num(p.algbw_gbps or math.nan, 2)),
+        ("busbw GB/s", lambda p: num(p.busbw_gbps or math.nan, 2)),
     ]
-    if beside:
-        header.append("nccl-tests busbw GB/s (all_reduce_perf, same size)")
-    return table(header, rows)
+    if any(p.nccl_tests for p in probes):
+        columns.append(("nccl-tests busbw GB/s (all_reduce_perf, same size)", _nccl_tests))
+    return column_table(columns, sorted(probes, key=lambda p: p.gpus))
+
+
+def _nccl_tests(p: ProbeRow) -> str:
+    figure = p.nccl_tests_busbw_gbps
+    return num(figure, 2) if figure is not None else escape(p.nccl_tests or "n/a")
 
 
 def failures_section(runs: Sequence[RunRow], probes: Sequence[ProbeRow]) -> list[str]:
@@ -189,20 +176,16 @@ def telemetry_section(runs: Sequence[RunRow]) -> list[str]:
     ok = [r for r in runs if r.status == Status.OK.value and r.sm_clock_mhz_mean is not None]
     if not ok:
         return ["No GPU telemetry (no NVML on this machine)."]
-    rows = [
+    return column_table(
         [
-            r.run_id,
-            num(r.sm_clock_mhz_mean, 0),
-            num(r.sm_clock_mhz_min or math.nan, 0),
-            num(r.power_w_mean or math.nan, 0),
-            num(r.temperature_c_max or math.nan, 0),
-            r.throttle_reasons or "none",
-        ]
-        for r in ok
-    ]
-    return table(
-        ["run", "SM MHz mean", "SM MHz min", "power W mean", "max temp C", "clock-event reasons"],
-        rows,
+            ("run", lambda r: r.run_id),
+            ("SM MHz mean", lambda r: num(r.sm_clock_mhz_mean, 0)),
+            ("SM MHz min", lambda r: num(r.sm_clock_mhz_min or math.nan, 0)),
+            ("power W mean", lambda r: num(r.power_w_mean or math.nan, 0)),
+            ("max temp C", lambda r: num(r.temperature_c_max or math.nan, 0)),
+            ("clock-event reasons", lambda r: r.throttle_reasons or "none"),
+        ],
+        ok,
     )
 
 
