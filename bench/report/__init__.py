@@ -11,7 +11,7 @@ alone, so the report never shows a number the rows do not support. One concern p
 - `epochs`: the epoch-time projection and fit
 - `diagnosis`: "Why not linear?" and the sanity checks, from the measurements
 - `plots`: the two PNGs
-- `document`: report.md in order, and `write_report`
+- `document`: report.md in order, with the containers and --profile sections; `write_report`
 """
 
 from bench.report.document import CPU_BANNER, markdown, write_report
