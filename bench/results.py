@@ -111,6 +111,10 @@ class _Table:
     def frame(self) -> pd.DataFrame:
         return to_frame(self.rows(), self.cls)
 
+    def finished_ids(self) -> set[str]:
+        """Rows a resumed sweep must not repeat (failures stay: they are results too)."""
+        return {getattr(r, self.key) for r in self.rows() if r.status not in RETRIED_ON_RESUME}
+
     def append(self, row: Any, *, overwrite: bool = False) -> None:
         self.store.load()
         key = getattr(row, self.key)
@@ -209,13 +213,6 @@ class ResultStore:
             p.name.removesuffix(PROFILE_SUFFIX): json.loads(p.read_text())
             for p in sorted(self.logs.glob(f"*{PROFILE_SUFFIX}"))
         }
-
-    def finished_run_ids(self) -> set[str]:
-        """Runs a resumed sweep must not repeat (failures stay: they are results too)."""
-        return {r.run_id for r in self.runs.rows() if r.status not in RETRIED_ON_RESUME}
-
-    def finished_probe_ids(self) -> set[str]:
-        return {r.probe_id for r in self.probes.rows() if r.status not in RETRIED_ON_RESUME}
 
     def drop_retried(self) -> int:
         """Remove the rows a resume runs again (see RETRIED_ON_RESUME); returns how many."""

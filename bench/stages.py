@@ -324,7 +324,7 @@ def execute_sweep(sweep: Sweep, progress: bool = True, launcher: Launcher | None
     else:
         store.create(sweep.meta)
         sweep.lock = acquire(store.directory)
-    done_runs, done_probes = store.finished_run_ids(), store.finished_probe_ids()
+    done_runs, done_probes = store.runs.finished_ids(), store.probes.finished_ids()
     runs = [s for s in sweep.runs if any(r.run_id not in done_runs for r, _ in rows.row_specs(s))]
     probes = [p for p in sweep.probes if p.probe_id not in done_probes]
     launched = len([s for s in runs if not unavailable_reason(sweep, s)])

@@ -106,7 +106,7 @@ def test_resume_bookkeeping(tmp_path: Path) -> None:
     store.runs.append(with_status(run_row(run_id="c"), "interrupted"))
     store.runs.append(with_status(run_row(run_id="d"), "unavailable", "no horovodrun"))
     store.runs.append(with_status(run_row(run_id="e"), "timeout"))
-    assert store.finished_run_ids() == {"a", "b", "e"}
+    assert store.runs.finished_ids() == {"a", "b", "e"}
     assert store.drop_retried() == 2
     assert [r.run_id for r in store.runs.rows()] == ["a", "b", "e"]
     assert pd.read_csv(store.runs.csv)["run_id"].tolist() == ["a", "b", "e"]
