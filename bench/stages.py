@@ -358,14 +358,12 @@ def all_runs_ok(sweep: Sweep) -> bool:
     return bool(recorded) and all(r.status == Status.OK.value for r in recorded)
 
 
-def gpu_verdicts(sweep: Sweep) -> list[per_gpu.GpuVerdict]:
-    """The per-gpu check's fleet table (empty without per-gpu runs), slowest first."""
-    return per_gpu.verdicts(sweep.store.runs.rows(), sweep.config.slow_gpu_threshold)
-
-
-def print_table(sweep: Sweep) -> None:
+def print_table(sweep: Sweep) -> list[per_gpu.GpuVerdict]:
+    """Prints the scaling table and the per-gpu check; returns the per-gpu check's fleet table
+    (empty without per-gpu runs), slowest first."""
     points = report.summarise(sweep.store.runs.rows(), sweep.store.probes.rows())
     print("\n".join(report.scaling_table(points)))
-    fleet = gpu_verdicts(sweep)
+    fleet = per_gpu.verdicts(sweep.store.runs.rows(), sweep.config.slow_gpu_threshold)
     if fleet:
         print("\n" + "\n".join(per_gpu.per_gpu_section(fleet, sweep.config.slow_gpu_threshold)))
+    return fleet

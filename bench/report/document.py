@@ -123,16 +123,17 @@ def markdown(
     meta: dict[str, Any],
     runs: Sequence[RunRow],
     probes: Sequence[ProbeRow],
+    points: Sequence[ScalingPoint],
+    fleet: Sequence[GpuVerdict],
     profiles: Mapping[str, Mapping[str, Any]] | None = None,
     directory: Path = Path("."),
 ) -> str:
+    """report.md from the rows, their `summarise` points and `verdicts` fleet table."""
     config = knob_values(meta)
-    points = summarise(runs, probes)
     cpu = config.get("device") == "cpu"
     dataset_size, claim = config.get("dataset_size", 0), config.get("claim", ())
     lines = _intro(meta, cpu)
     lines += ["## Throughput and scaling", "", *scaling_table(points), "", definitions(points), ""]
-    fleet = verdicts(runs, threshold_of(config))
     if fleet:
         section = per_gpu_section(fleet, threshold_of(config))
         lines += ["## Per-GPU throughput check (slowest first)", "", *section, ""]
@@ -184,7 +185,8 @@ def write_report(directory: Path) -> Path:
     if fleet:
         write_views(directory, "per_gpu", fleet, GpuVerdict, json.dumps(meta).encode())
     path = directory / "report.md"
-    atomic_write_bytes(path, markdown(meta, runs, probes, store.profiles(), directory).encode())
+    text = markdown(meta, runs, probes, points, fleet, store.profiles(), directory)
+    atomic_write_bytes(path, text.encode())
     return path
 
 

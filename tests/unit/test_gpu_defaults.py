@@ -130,6 +130,6 @@ def test_the_report_says_why_each_default_the_user_kept_was_chosen() -> None:
     assert chosen_defaults(parse_request([]), cpu_machine()) == []
     config = config_for(["--compile", "off"], described(H100))
     meta = {"config": config.to_dict(), "defaults_chosen": kept, "system": {}}
-    text = report.markdown(meta, [], [])
+    text = report.markdown(meta, [], [], [], [])
     assert "Defaults chosen for this GPU" in text and "- batch 256 per GPU: 85 GB of memory" in text
     assert "timed window: 15 s (at least 100 steps" in text  # not "100 timed steps"

@@ -168,7 +168,8 @@ def test_every_column_names_its_statistic_as_the_docs_do() -> None:
 
 
 def test_markdown_for_a_cpu_sweep() -> None:
-    text = report.markdown(META, [*DDP_ROWS, FAILED, *HOROVOD_ROWS], [probe(2, 1.02228128)])
+    rows, probes = [*DDP_ROWS, FAILED, *HOROVOD_ROWS], [probe(2, 1.02228128)]
+    text = report.markdown(META, rows, probes, report.summarise(rows, probes), [])
     assert "CPU SMOKE TEST: NOT GPU RESULTS" in text
     assert "| ddp | fp32-nchw | 2 | 1 | 16 | 2 ranks x 2 threads, sharing 4 cores | 190.0 (" in text
     assert "| 1.90x (2.00x) | 95.0 % (" in text
@@ -186,7 +187,8 @@ def test_markdown_for_a_cpu_sweep() -> None:
 
 def test_cpu_report_explains_shared_cores_from_the_rows() -> None:
     # 102.2 MB at 4.0891 GB/s: 25 ms of allreduce on top of 250 ms of compute -> at most 90.9 %
-    text = report.markdown(META, SHARED, [probe(2, 4.08912512)])
+    probes = [probe(2, 4.08912512)]
+    text = report.markdown(META, SHARED, probes, report.summarise(SHARED, probes), [])
     assert "| 2 ranks x 1 thread, sharing 2 cores |" in text
     assert "| 0.94x (1.00x) |" in text  # speed-up against an ideal of 1: the same 2 cores
     assert "ideal speed-up = cores used at N" in text
@@ -307,7 +309,7 @@ def test_reference_section_on_a_gpu_flags_impossible_results() -> None:
 def test_markdown_for_a_gpu_sweep_has_no_cpu_banner() -> None:
     meta = {"config": {"device": "cuda", "dataset_size": 100}, "system": {}}
     rows = [run_row(device="cuda", device_name="NVIDIA A40")]
-    text = report.markdown(meta, rows, [])
+    text = report.markdown(meta, rows, [], report.summarise(rows, []), [])
     assert "CPU SMOKE TEST" not in text and "| GPUs | nodes |" in text
 
 

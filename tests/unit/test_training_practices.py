@@ -198,7 +198,8 @@ def test_report_appendix_lists_each_profile(tmp_path: Path) -> None:
             ],
         },
     )
-    text = report.markdown({"config": {}}, [run_row()], [], store.profiles(), tmp_path)
+    points = report.summarise([run_row()], [])
+    text = report.markdown({"config": {}}, [run_row()], [], points, [], store.profiles(), tmp_path)
     assert "## Appendix: where a step's time goes (--profile)" in text
     assert "[ddp-n2-fp32-nchw-r0.trace.json](logs/ddp-n2-fp32-nchw-r0.trace.json)" in text
     assert "- communication: 25.0 % (share of the GPU's kernel time)" in text
@@ -232,7 +233,7 @@ def test_report_sets_each_knob_value_beside_the_default_and_dp_beside_ddp() -> N
         *rows("ddp", ckpt, 1, 70, 4.0),
         *rows("dp", plain, 1, 80, 9.0),
     ]
-    text = report.markdown({"config": {"device": "cpu"}}, runs, [])
+    text = report.markdown({"config": {"device": "cpu"}}, runs, [], report.summarise(runs, []), [])
     assert "### Activation checkpointing" in text
     assert "| ddp | fp32-nchw | 1 | on | 8 | 70.5 | 100.0 % | 1.500 | 4.00 |" in text
     assert "| ddp | fp32-nchw | 1 | off | 8 | 100.5 | 100.0 % | 1.500 | 9.00 |" in text
