@@ -30,6 +30,7 @@ import tensorflow as tf
 
 from bench.rank import faults, timing, wire
 from bench.rank.lifeline import exit_rank
+from bench.rank.loaders import MEAN, RATIO, SCALE, STD
 from bench.rank.loaders.folder import list_images
 from bench.rank.telemetry import GpuSampler, merge_telemetry, visible_nvml_handle
 from bench.rank.tf_rules import (
@@ -40,10 +41,6 @@ from bench.rank.tf_rules import (
     worker_of,
 )
 from bench.spec import SYNTHETIC, RunSpec
-
-# ImageNet's per-channel mean and standard deviation, as bench.rank.loaders.augment normalises.
-MEAN = (0.485, 0.456, 0.406)
-STD = (0.229, 0.224, 0.225)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,8 +179,8 @@ def folder_input(strategy: tf.distribute.Strategy, spec: RunSpec) -> Iterator:
         begin, extent, _ = tf.image.sample_distorted_bounding_box(
             tf.shape(image),
             bounding_boxes=tf.zeros([1, 0, 4]),
-            area_range=(0.08, 1.0),
-            aspect_ratio_range=(3 / 4, 4 / 3),
+            area_range=SCALE,
+            aspect_ratio_range=RATIO,
             use_image_if_no_bounding_boxes=True,
         )
         image = tf.image.resize(tf.slice(image, begin, extent), (size, size)) / 255.0

@@ -74,6 +74,13 @@ class Loader:
         return int(self._module().queue_depth(workers))
 
 
+# The recipe every loader follows (augment, DALI, tf.data): random resized crop of area SCALE and
+# aspect RATIO, flip, normalisation by ImageNet's per-channel mean and standard deviation.
+MEAN = (0.485, 0.456, 0.406)
+STD = (0.229, 0.224, 0.225)
+SCALE = (0.08, 1.0)
+RATIO = (3 / 4, 4 / 3)
+
 # tf's own pipeline (the tf launcher reads --data only through it)
 TF_DATA = Loader("tfdata", "", "tf.data, for the tf launcher", framework="tensorflow")
 LOADERS: dict[str, Loader] = {

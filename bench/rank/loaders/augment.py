@@ -16,10 +16,7 @@ import random
 import torch
 import torch.nn.functional as F
 
-MEAN = (0.485, 0.456, 0.406)
-STD = (0.229, 0.224, 0.225)
-SCALE = (0.08, 1.0)
-RATIO = (3 / 4, 4 / 3)
+from bench.rank.loaders import MEAN, RATIO, SCALE, STD
 
 
 def random_resized_crop_params(

@@ -21,8 +21,7 @@ from typing import Any
 
 import torch
 
-from bench.rank.loaders import LoaderRequest
-from bench.rank.loaders.augment import MEAN, RATIO, SCALE, STD
+from bench.rank.loaders import MEAN, RATIO, SCALE, STD, LoaderRequest
 from bench.rank.loaders.folder import list_images
 from bench.rank.loaders.torch_loader import no_full_batch
 
