@@ -24,11 +24,6 @@ EFFECT_KNOBS = {  # Variant field -> how the report names it
 }
 
 
-def variant_of(row: RunRow) -> Variant:
-    """The Variant a row ran, from its knob columns."""
-    return Variant(**{f.name: getattr(row, f.name) for f in dataclasses.fields(Variant)})
-
-
 def _mean(rows: Sequence[RunRow], column: str) -> float:
     return stats.mean([v for r in rows if (v := getattr(r, column)) is not None])
 
@@ -53,7 +48,8 @@ def effect_table(knob: str, points: Sequence[ScalingPoint], runs: Sequence[RunRo
         good = rows_of(p, runs)
         if not good:
             continue
-        variant = variant_of(good[0])
+        # the Variant the rows ran, from their knob columns
+        variant = Variant(**{f.name: getattr(good[0], f.name) for f in dataclasses.fields(Variant)})
         base = dataclasses.replace(variant, **{knob: default}).label
         entries.append(Effect(p.launcher, p.nodes, p.gpus, base, getattr(variant, knob), p, good))
     if len({e.value for e in entries}) < 2:
