@@ -64,7 +64,7 @@ def test_tensorflow_in_its_own_environment(host, compat):
     # interpreter, with the Keras it requires and the bench (the tf launcher's ranks run there);
     # no GPU here, so it lists none.
     if not host.backend.get_hostname().startswith("debian13"):
-        # converge.yml asks for TensorFlow on Debian 13 only: the default (off) makes no environment.
+        # converge.yml asks for TensorFlow on Debian 13 only: the default (off) makes none.
         assert not host.file(TF_VENV).exists
         return
     tensorflow = compat["tensorflow"]
