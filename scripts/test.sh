@@ -228,13 +228,7 @@ if wants pytest; then
   # pytest exits 5 when it collected nothing: that is a failure of the suite, not a pass.
   # GPUSTACK_REQUIRE_ALL_TESTS=1: a missing prerequisite (Horovod, root for netns, sshd) fails
   # the test instead of skipping it, so the suite cannot go green by skipping.
-  # OMP_WAIT_POLICY=PASSIVE: torch's OpenMP threads (the test process's own, and a one-rank run's
-  # two) sleep at a barrier instead of spinning 300,000 times first (libgomp's default: GCC's
-  # libgomp manual, GOMP_SPINCOUNT, checked 2026-11-25). Beside the molecule jobs the spinning
-  # took the cores they were waiting for: a 30-step ResNet-18 loop with 2 threads used 11-12 s of
-  # CPU against 2.5-3.0 passive, and tests/unit/test_models_worker.py 30-31 s against 22-23
-  # (this 2-core VM under the suite's load, 2026-11-25). It changes no result a test asserts.
-  start pytest env GPUSTACK_REQUIRE_ALL_TESTS=1 OMP_WAIT_POLICY=PASSIVE \
+  start pytest env GPUSTACK_REQUIRE_ALL_TESTS=1 \
     python -m pytest -q -rfE --durations=30 tests/unit tests/integration
 fi
 for s in "${scenarios[@]}"; do
