@@ -8,11 +8,12 @@
 Both loops do the same work: the same model, synthetic batch, ranks, threads and launcher
 (torchrun with c10d rendezvous for DDP, horovodrun for Horovod), the same math mode (fp32 means
 IEEE fp32 on both sides, tf32 TF32 on both; AMP with the same dtype and, for fp16, a GradScaler),
-the same memory format, cuDNN autotuning on a GPU, and, with --compile on, torch.compile in the
-same arrangement (one graph under DDP). Both define img/s the same way: global images of the
-timed steps / the slowest rank's wall time. Launches alternate (harness first in even rounds,
-minimal first in odd ones) so drift on a shared machine hits both alike. The script prints every
-round and the ratio of the medians; the target is >= 0.98 (no measurable overhead).
+the same memory format, DDP's knobs at the bench's defaults, cuDNN autotuning on a GPU, and, with
+--compile on, torch.compile in the same arrangement (one graph under DDP). Both define img/s the
+same way: global images of the timed steps / the slowest rank's wall time. Launches alternate
+(harness first in even rounds, minimal first in odd ones) so drift on a shared machine hits both
+alike. The script prints every round and the ratio of the medians; the target is >= 0.98 (no
+measurable overhead).
 
 This is a measurement, not a test: run it on a quiet machine and read the ratio.
 """
@@ -36,9 +37,22 @@ from bench.launchers import Launch  # noqa: E402
 from bench.launchers.local import LocalLauncher, execute  # noqa: E402
 from bench.machine import cpu_cores  # noqa: E402
 from bench.plan import local_placement, threads_per_rank  # noqa: E402
-from bench.spec import NO_LOADER, RunSpec, Variant, Workload  # noqa: E402
+from bench.spec import NO_LOADER, RunSpec, Variant, Workload, knobs  # noqa: E402
 
 MINIMAL_MARK = "MINIMAL_IMG_S"
+# DDP's knobs (and fp16 gradient compression), both loops at the bench's defaults
+DDP_KNOBS = {
+    name: k
+    for name, k in knobs(Workload)
+    if name
+    in (
+        "bucket_cap_mb",
+        "static_graph",
+        "gradient_as_bucket_view",
+        "broadcast_buffers",
+        "fp16_allreduce",
+    )
+}
 AMP = {"amp-fp16": "float16", "amp-bf16": "bfloat16"}
 
 
@@ -87,7 +101,11 @@ def minimal_loop(args: argparse.Namespace) -> None:
     else:
         from torch.nn.parallel import DistributedDataParallel
 
-        model = DistributedDataParallel(model, device_ids=[local_rank] if cuda else None)
+        from bench.rank.engines import ddp_options
+
+        # DDP's knobs at the bench's defaults, as the harness runs (harness_spec)
+        options = ddp_options(harness_spec(args, 0).workload)
+        model = DistributedDataParallel(model, device_ids=[local_rank] if cuda else None, **options)
     if args.compile == "on":
         import torch._dynamo
 
@@ -160,11 +178,7 @@ def harness_spec(args: argparse.Namespace, round_index: int) -> RunSpec:
             loader_workers=0,
             warmup_steps=args.warmup,
             timed_steps=args.steps,
-            bucket_cap_mb=25.0,
-            static_graph=False,
-            gradient_as_bucket_view=False,
-            broadcast_buffers=True,
-            fp16_allreduce=False,
+            **{name: DDP_KNOBS[name].default for name in DDP_KNOBS},
             device=args.device,
             seed=0,
             timed_seconds=0.0,  # fixed step counts, as in the minimal loop

@@ -112,19 +112,10 @@ class DdpEngine(Engine):
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
         from torch.nn.parallel import DistributedDataParallel
 
-        # torch 2.13 renamed broadcast_buffers (per-forward buffer sync) to forward_sync_buffers
-        # and warns on the old name; older releases only know the old one.
-        parameters = inspect.signature(DistributedDataParallel.__init__).parameters
-        buffers = (
-            "forward_sync_buffers" if "forward_sync_buffers" in parameters else "broadcast_buffers"
-        )
         ddp = DistributedDataParallel(
             model,
             device_ids=[self._info.local_rank] if self._info.device.type == "cuda" else None,
-            bucket_cap_mb=load.bucket_cap_mb,
-            static_graph=load.static_graph,
-            gradient_as_bucket_view=load.gradient_as_bucket_view,
-            **{buffers: load.broadcast_buffers},
+            **ddp_options(load),
         )
         if load.fp16_allreduce:
             ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
@@ -278,6 +269,25 @@ class DataParallelEngine(IndependentEngine):
     def compile(self, model: torch.nn.Module) -> torch.nn.Module:
         # The planner never sends a compiled variant to dp (bench.plan.why_not_runnable).
         raise ValueError("torch.compile is not applied under nn.DataParallel")
+
+
+def ddp_options(load: Workload) -> dict[str, Any]:
+    """DistributedDataParallel's keyword arguments for the workload's DDP knobs (the bench's
+    DDP engine and benchmarks/overhead.py's plain loop)."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    # torch 2.13 renamed broadcast_buffers (per-forward buffer sync) to forward_sync_buffers
+    # and warns on the old name; older releases only know the old one.
+    parameters = inspect.signature(DistributedDataParallel.__init__).parameters
+    buffers = (
+        "forward_sync_buffers" if "forward_sync_buffers" in parameters else "broadcast_buffers"
+    )
+    return {
+        "bucket_cap_mb": load.bucket_cap_mb,
+        "static_graph": load.static_graph,
+        "gradient_as_bucket_view": load.gradient_as_bucket_view,
+        buffers: load.broadcast_buffers,
+    }
 
 
 def optimizer_state_tensors(optimizer: torch.optim.Optimizer) -> dict[str, torch.Tensor]:

@@ -351,9 +351,9 @@ def test_imagefolder_data_and_ddp_knobs(tmp_path: Path) -> None:
         "--memory-format",
         "channels_last",
         "--static-graph",
-        "--gradient-as-bucket-view",
+        "--no-gradient-as-bucket-view",
         "--fp16-allreduce",
-        "--no-broadcast-buffers",
+        "--broadcast-buffers",
         "--bucket-cap-mb",
         "5",
     )
@@ -362,8 +362,8 @@ def test_imagefolder_data_and_ddp_knobs(tmp_path: Path) -> None:
     assert run["status"] == "ok", run["error"]
     assert run["data"] == str(data) and run["loader_workers"] == 1
     assert run["data_wait_s"] > 0
-    assert run["channels_last"] and run["static_graph"] and run["gradient_as_bucket_view"]
-    assert run["fp16_allreduce"] and not run["broadcast_buffers"] and run["bucket_cap_mb"] == 5
+    assert run["channels_last"] and run["static_graph"] and not run["gradient_as_bucket_view"]
+    assert run["fp16_allreduce"] and run["broadcast_buffers"] and run["bucket_cap_mb"] == 5
     # Real data adds the loader to the variant's label (synthetic runs have no loader).
     assert run["variant"] == "fp32-channels_last-torch" and run["loader"] == "torch"
 

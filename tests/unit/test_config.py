@@ -279,7 +279,8 @@ def test_every_recorded_knob_is_a_column_and_the_old_columns_remain() -> None:
 def test_switches_and_sweeps_parse_to_field_values() -> None:
     request = parse_request(
         [
-            "--no-broadcast-buffers",
+            "--broadcast-buffers",
+            "--no-gradient-as-bucket-view",
             "--static-graph",
             "--grad-accum",
             "1,4",
@@ -287,13 +288,15 @@ def test_switches_and_sweeps_parse_to_field_values() -> None:
             "channels_last,nchw",
         ]
     )
-    assert request.values["broadcast_buffers"] is False
+    assert request.values["broadcast_buffers"] is True
+    assert request.values["gradient_as_bucket_view"] is False
     assert request.values["static_graph"] is True
     assert request.values["grad_accum"] == (1, 4)
     assert request.values["channels_last"] == (True, False)
     config = config_for(["--grad-accum", "1,4"], cpu_machine())
     assert [v.grad_accum for v in config.variants()] == [1, 4]
-    assert config.workload.broadcast_buffers is True  # the declared default
+    assert config.workload.broadcast_buffers is False  # the declared defaults
+    assert config.workload.gradient_as_bucket_view is True
 
 
 def test_values_are_checked_without_a_machine() -> None:
