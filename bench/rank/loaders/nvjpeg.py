@@ -2,8 +2,9 @@
 
 DataLoader workers only read files (cheap, IO-parallel); the training process hands each batch
 of encoded JPEGs to torchvision's batched `decode_jpeg(..., device="cuda")` (nvJPEG) and runs
-`augment.augment_batch` on the decoded images on the GPU. The next batch is decoded on a side
-CUDA stream while the current one trains, so decoding overlaps the step instead of adding to it.
+`augment.augment_batch` on the decoded images on the GPU. A producer thread decodes the next
+batches on a side CUDA stream while the current one trains, so decoding overlaps the step instead
+of adding to it (`ahead_pipeline`).
 
 Files nvJPEG cannot decode (ImageNet has a PNG and some CMYK JPEGs named .JPEG) are decoded
 one by one, falling back to PIL on the host for any the GPU refuses. On a CPU device the same
@@ -14,9 +15,12 @@ tests exercise it; the loader choice refuses `nvjpeg` on CPU sweeps (bench.loade
 from __future__ import annotations
 
 import io
+import queue
 import random
 import sys
+import threading
 from collections.abc import Callable, Iterator
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -129,30 +133,89 @@ class JpegDecoder:
         return [self._one(data) for data in encoded]
 
 
-def side_stream_pipeline(
-    items: Iterator[Any], produce: Callable[[Any], Batch], device: torch.device
+# Batches produced ahead of the training step by the producer thread (queued, beside the one it
+# is producing).
+AHEAD = 2
+
+
+class _Producer(threading.Thread):
+    """produce(item) for each item into a queue of `depth` batches (see ahead_pipeline); on a
+    GPU on a side stream, each batch with the event that marks it done."""
+
+    def __init__(
+        self,
+        items: Iterator[Any],
+        produce: Callable[[Any], Batch],
+        device: torch.device,
+        depth: int,
+    ) -> None:
+        super().__init__(name="batch-producer", daemon=True)
+        self.items, self.produce, self.device = items, produce, device
+        self.handoff: queue.Queue[tuple[Any, Any]] = queue.Queue(maxsize=depth)
+        self.stop = threading.Event()
+
+    def hand_over(self, entry: tuple[Any, Any]) -> bool:
+        """Queue one entry; False once the consumer has gone."""
+        while not self.stop.is_set():
+            try:
+                self.handoff.put(entry, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def run(self) -> None:
+        cuda = self.device.type == "cuda"
+        if cuda:
+            torch.cuda.set_device(self.device)  # the current device is per thread
+        stream = torch.cuda.Stream(self.device) if cuda else None
+        try:
+            with torch.cuda.stream(stream) if cuda else nullcontext():
+                for item in self.items:
+                    batch = self.produce(item)
+                    done = torch.cuda.Event() if cuda else None
+                    if done is not None:
+                        done.record(stream)
+                    if not self.hand_over((batch, done)):
+                        return
+        except BaseException as exc:  # the consumer raises it
+            self.hand_over((exc, None))
+            return
+        self.hand_over((StopIteration(), None))
+
+
+def ahead_pipeline(
+    items: Iterator[Any], produce: Callable[[Any], Batch], device: torch.device, depth: int = AHEAD
 ) -> Iterator[Batch]:
-    """produce(item) for each item; on a GPU one batch ahead on a side stream, so producing
-    batch i+1 overlaps the training step that consumes batch i."""
-    if device.type != "cuda":
-        for item in items:
-            yield produce(item)
-        return
-    stream = torch.cuda.Stream(device)
+    """produce(item) for each item, in order, in a thread of its own up to `depth` batches
+    ahead of the consumer; on a GPU on a side stream, each batch handed over with an event the
+    consumer's stream waits for.
 
-    def launch(item: Any) -> Batch:
-        with torch.cuda.stream(stream):
-            return produce(item)
-
-    pending = launch(next(items))
-    for item in items:
-        current = torch.cuda.current_stream(device)
-        current.wait_stream(stream)
-        for tensor in pending:
-            tensor.record_stream(current)  # allocated on the side stream, used on this one
-        ready = pending
-        pending = launch(item)
-        yield ready
+    A thread, not the training loop: torchvision's batched GPU decode returns only once its own
+    kernels have run, and on a busy GPU they wait behind the training step's. On the H100
+    (docs/results/2026-11-26-h100, commands/decode_sync_probe.py) one call for 256 files held
+    its caller 10.5 ms with the GPU idle and 51.6 ms behind 300 ms of queued work (decode and
+    augment: 20.9 and 63.5 ms). Called from the training loop, that wait kept the loop from
+    queueing the next step: 3,367 img/s, 66.8 % of the window waiting for data. From this
+    thread: 4,443 img/s, 41.3 % (the model alone 5,577, the loader alone 8,290-8,898).
+    """
+    producer = _Producer(items, produce, device, depth)
+    producer.start()
+    try:
+        while True:
+            batch, done = producer.handoff.get()
+            if isinstance(batch, StopIteration):
+                return
+            if isinstance(batch, BaseException):
+                raise batch
+            if done is not None:
+                current = torch.cuda.current_stream(device)
+                current.wait_event(done)
+                for tensor in batch:
+                    tensor.record_stream(current)  # allocated on the side stream, used here
+            yield batch
+    finally:
+        producer.stop.set()
 
 
 def batches(request: LoaderRequest) -> Iterator[Batch]:
@@ -172,12 +235,13 @@ def batches(request: LoaderRequest) -> Iterator[Batch]:
         images = augment_batch(decoder(encoded), request.image_size, rng, request.memory_format)
         return images, labels.to(device, non_blocking=True)
 
-    yield from side_stream_pipeline(shard, produce, device)
+    yield from ahead_pipeline(shard, produce, device)
 
 
 def queue_depth(workers: int) -> int:
-    """The DataLoader's queue and the batch decoded ahead on the side stream."""
-    return torch_loader.queue_depth(workers) + 1
+    """The DataLoader's queue, the batches queued by the producer thread and the one it is
+    producing."""
+    return torch_loader.queue_depth(workers) + AHEAD + 1
 
 
 def gpu_decode_problem() -> str:
