@@ -4,16 +4,17 @@ bench.config asks `gpu_defaults` for the knobs a user did not set on a GPU sweep
 value is a column of each result row (precision, channels_last, compile, batch_per_gpu) and
 every knob stays sweepable (`--memory-format nchw,channels_last`, `--compile off,on`, ...).
 
-Why these values (ResNet-50 at 224², synthetic data, one H100 80GB HBM3, torch 2.11.0+cu130,
-docs/results/2026-11-25-h100): these defaults (amp-bf16, channels_last, compile, batch 256) gave
-5,417 img/s under DDP and 5,641 under Horovod on one GPU; the same without compile (eager)
-3,854-3,872, where the profile shows batch norm's kernels taking 43 % of the GPU's time, which
-Inductor fuses. An older tree on the same GPU (issue 10) gave 2,109 img/s for amp-bf16 NCHW at
-batch 128 and 3,146-3,623 with channels_last. Tensor cores want NHWC activations (cuDNN's NCHW path
-transposes around every convolution), so channels_last goes with any GPU that has them (compute
-capability 7.0, Volta, and newer). bf16 needs Ampere (8.0); before it, fp16 with a GradScaler.
-torch.compile's gain was measured on Hopper; Inductor's generated kernels target Ampere and newer
-best, so it is on from 8.0 and left off (one flag away) before.
+Why these values (ResNet-50 at 224², synthetic data, one H100 80GB HBM3, torch 2.11.0+cu130):
+these defaults (amp-bf16, channels_last, compile, batch 256) gave 5,577 img/s under DDP and 5,643
+under Horovod on one GPU, against 5,634 for a plain loop with the same knobs
+(docs/results/2026-11-26-h100); the same without compile (eager) 3,854-3,872, where the profile
+shows batch norm's kernels taking 43 % of the GPU's time, which Inductor fuses
+(docs/results/2026-11-25-h100). An older tree on the same GPU (issue 10) gave 2,109 img/s for
+amp-bf16 NCHW at batch 128 and 3,146-3,623 with channels_last. Tensor cores want NHWC activations
+(cuDNN's NCHW path transposes around every convolution), so channels_last goes with any GPU that
+has them (compute capability 7.0, Volta, and newer). bf16 needs Ampere (8.0); before it, fp16
+with a GradScaler. torch.compile's gain was measured on Hopper; Inductor's generated kernels
+target Ampere and newer best, so it is on from 8.0 and left off (one flag away) before.
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ AMPERE = (8, 0)  # bf16 and TF32 tensor cores
 
 # Per-GPU batch by memory class (ResNet-50, 224², AMP, channels_last; peak allocated memory at 256
 # was 11.5 GB with compile and 11.9 GB without on the H100, docs/results/2026-11-25-h100): the
-# batch that saturated an H100 in the measurements above and that NVIDIA's DeepLearningExamples
-# use for A100 AMP; half of it on 16 GB cards (V100 16 GB, T4); a quarter on smaller ones. The
+# batch NVIDIA's DeepLearningExamples use for A100 AMP, so the figures compare with theirs (384
+# ran 2.2 % faster in a plain loop on the H100, docs/results/2026-11-26-h100; `--batch-size`
+# sweeps it); half of it on 16 GB cards (V100 16 GB, T4); a quarter on smaller ones. The
 # thresholds sit below the marketed sizes: a "40 GB" A100 reports 42.4 GB (decimal) and a T4 15.8
 # GB.
 BATCH_BY_MEMORY_GB: tuple[tuple[float, int], ...] = ((38.0, 256), (15.0, 128), (0.0, 64))
