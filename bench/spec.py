@@ -294,10 +294,12 @@ class Workload:
         "--static-graph", "DDP static_graph=True", default=False, switch=True, words="off"
     )
     # DDP's gradient_as_bucket_view and broadcast_buffers: on by default and off by default,
-    # not torch's defaults. On one H100 (docs/results/2026-11-26-h100, benchmarks/step_variants.py)
-    # DDP with torch's defaults ran 5.2 % under the same loop without DDP, with these two 1.1 %:
-    # gradients stay in DDP's buckets (no copy in and out of them each step) and the batch-norm
-    # buffers are not broadcast before every forward, which Horovod does not do either.
+    # not torch's defaults (False and True in DistributedDataParallel's signature,
+    # docs.pytorch.org torch.nn.parallel.DistributedDataParallel, checked 2026-11-26). On one
+    # H100 (docs/results/2026-11-26-h100, benchmarks/step_variants.py) DDP with torch's defaults
+    # ran 5.2 % under the same loop without DDP, with these two 1.1 %: gradients stay in DDP's
+    # buckets (no copy in and out of them each step) and the batch-norm buffers are not
+    # broadcast before every forward, which Horovod does not do either.
     gradient_as_bucket_view: bool = knob(
         "--no-gradient-as-bucket-view",
         "DDP gradient_as_bucket_view=False (torch's default): gradients copied into DDP's "

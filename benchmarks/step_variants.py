@@ -35,6 +35,10 @@ sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing
 MARK = "STEP_VARIANT "
 
 
+# The APIs the variants use, as documented (checked 2026-11-26): torch.optim.SGD's `fused` flag
+# (torch/optim/sgd.py; at::_fused_sgd_ in the C++ API docs) and torch.compile's modes
+# "reduce-overhead" (CUDA graphs) and "max-autotune-no-cudagraphs" (docs.pytorch.org,
+# torch.compile).
 @dataclass(frozen=True)
 class Setup:
     fused: bool = False  # torch.optim.SGD(fused=True): one kernel per step for every parameter
