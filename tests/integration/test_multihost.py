@@ -533,6 +533,9 @@ def test_acceptance_fails_the_node_with_a_slow_gpu_and_passes_the_healthy_one(
     # slots: gsb1's GPUs are 0 and 1, gsb2's 2 and 3: gsb2's second GPU is slowed.
     rc, report, out = acceptance(hosts, tmp_path, fault="slow@3")
     assert rc != 0, out[-6000:]
+    # Both verdicts are written whatever failed; where one is missing, the playbook's output says
+    # why (one CI run of 2026-11-26 found no gsb1.json and, without this, nothing more).
+    assert {"gsb1.json", "gsb2.json"} <= {p.name for p in report.glob("*.json")}, out[-6000:]
     healthy = json.loads((report / "gsb1.json").read_text())
     faulty = json.loads((report / "gsb2.json").read_text())
     assert healthy["passed"] is True, healthy["reasons"]
