@@ -89,12 +89,12 @@ def one_variant(setup: Setup, batch: int, args: argparse.Namespace) -> dict:
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", "29577")
         dist.init_process_group("nccl" if cuda else "gloo", rank=0, world_size=1)
-        model = DistributedDataParallel(
-            model,
-            device_ids=[0] if cuda else None,
-            gradient_as_bucket_view=setup.bucket_view,
-            broadcast_buffers=not setup.no_broadcast,
+        from bench.rank.engines import ddp_keywords
+
+        options = ddp_keywords(
+            gradient_as_bucket_view=setup.bucket_view, broadcast_buffers=not setup.no_broadcast
         )
+        model = DistributedDataParallel(model, device_ids=[0] if cuda else None, **options)
         torch._dynamo.config.optimize_ddp = False  # one graph, as the bench compiles DDP
     optimizer = torch.optim.SGD(
         model.parameters(), lr=0.01, momentum=0.9, fused=setup.fused or None

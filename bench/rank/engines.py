@@ -274,6 +274,22 @@ class DataParallelEngine(IndependentEngine):
 def ddp_options(load: Workload) -> dict[str, Any]:
     """DistributedDataParallel's keyword arguments for the workload's DDP knobs (the bench's
     DDP engine and benchmarks/overhead.py's plain loop)."""
+    return ddp_keywords(
+        bucket_cap_mb=load.bucket_cap_mb,
+        static_graph=load.static_graph,
+        gradient_as_bucket_view=load.gradient_as_bucket_view,
+        broadcast_buffers=load.broadcast_buffers,
+    )
+
+
+def ddp_keywords(
+    *,
+    bucket_cap_mb: float = 25.0,
+    static_graph: bool = False,
+    gradient_as_bucket_view: bool,
+    broadcast_buffers: bool,
+) -> dict[str, Any]:
+    """The same, from the values (benchmarks/step_variants.py sets them per variant)."""
     from torch.nn.parallel import DistributedDataParallel
 
     # torch 2.13 renamed broadcast_buffers (per-forward buffer sync) to forward_sync_buffers
@@ -283,10 +299,10 @@ def ddp_options(load: Workload) -> dict[str, Any]:
         "forward_sync_buffers" if "forward_sync_buffers" in parameters else "broadcast_buffers"
     )
     return {
-        "bucket_cap_mb": load.bucket_cap_mb,
-        "static_graph": load.static_graph,
-        "gradient_as_bucket_view": load.gradient_as_bucket_view,
-        buffers: load.broadcast_buffers,
+        "bucket_cap_mb": bucket_cap_mb,
+        "static_graph": static_graph,
+        "gradient_as_bucket_view": gradient_as_bucket_view,
+        buffers: broadcast_buffers,
     }
 
 
