@@ -147,7 +147,9 @@ def run_playbook(
     if extra_vars:
         cmd += ["--extra-vars", json.dumps(extra_vars)]
     cmd += [*args, str(playbook)]
-    env = dict(os.environ)
+    # stdout is parsed as JSON: no callback enabled in the caller's environment (profile_tasks
+    # prints its timings there) may write to it.
+    env = {k: v for k, v in os.environ.items() if k != "ANSIBLE_CALLBACKS_ENABLED"}
     env.update(
         {
             "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json",

@@ -94,8 +94,9 @@ FAILED_LINE = re.compile(
 
 
 def run(playbook: str, inventory: Path, *args: str) -> subprocess.CompletedProcess:
+    # the failed tasks are read from stdout: no callback of the caller's environment may add to it.
     env = {
-        **os.environ,
+        **{k: v for k, v in os.environ.items() if k != "ANSIBLE_CALLBACKS_ENABLED"},
         "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
         "ANSIBLE_CALLBACK_RESULT_FORMAT": "json",
         "ANSIBLE_NOCOLOR": "1",

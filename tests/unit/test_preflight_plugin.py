@@ -195,8 +195,9 @@ def preflight_run(tmp_path_factory):
     inventory = tmp_path_factory.mktemp("preflight") / "hosts.yml"
     hosts = {name: {**local, **variables} for name, variables in ALIASES.items()}
     inventory.write_text(yaml.safe_dump({"gpu_nodes": {"hosts": hosts}}))
+    # stdout is parsed as JSON: no callback of the caller's environment may write to it.
     env = {
-        **os.environ,
+        **{k: v for k, v in os.environ.items() if k != "ANSIBLE_CALLBACKS_ENABLED"},
         "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
         "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json",
         "ANSIBLE_NOCOLOR": "1",
