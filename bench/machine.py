@@ -36,12 +36,11 @@ from typing import Any
 from bench import __version__
 from bench.config import Environment, HorovodStatus
 from bench.gpu_defaults import AMPERE
+from bench.launchers import COLLECTIVE_PREFIXES
 from bench.launchers.sites import probe_json, run_here
 from bench.paths import REPO_ROOT
 
 SURVEY_MARKER = "@@bench-node"
-# Native bf16 and TF32 math arrive with compute capability 8.0 (AMPERE). Older GPUs may emulate
-# bf16 (torch.cuda.is_bf16_supported() can say True there), which a benchmark must not count.
 
 
 def cpu_cores() -> int:
@@ -49,12 +48,13 @@ def cpu_cores() -> int:
     return len(os.sched_getaffinity(0))
 
 
+# Native bf16 and TF32 math arrive with compute capability 8.0 (AMPERE). Older GPUs may emulate
+# bf16 (torch.cuda.is_bf16_supported() can say True there), which a benchmark must not count.
 def bf16_supported(capability: tuple[int, int] | None) -> bool:
     return capability is not None and tuple(capability) >= AMPERE
 
 
-def tf32_supported(capability: tuple[int, int] | None) -> bool:
-    return capability is not None and tuple(capability) >= AMPERE
+tf32_supported = bf16_supported
 
 
 def _dist_version(name: str) -> str | None:
@@ -295,15 +295,13 @@ def local_environment(python: str = sys.executable, check_horovod: bool = True) 
     return environment_of([NodeInfo.from_survey("localhost", info)], horovod)
 
 
-ENV_PREFIXES = ("NCCL_", "GLOO_", "HOROVOD_", "TORCH_NCCL_", "TORCH_DISTRIBUTED_", "UCX_")
 ENV_NAMES = ("CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "MASTER_ADDR")
 
 
 def relevant_environment(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
     """NCCL_*, GLOO_*, HOROVOD_* and the few other variables that change distributed results."""
-    return {
-        k: v for k, v in sorted(environ.items()) if k.startswith(ENV_PREFIXES) or k in ENV_NAMES
-    }
+    relevant = (k for k in sorted(environ) if k.startswith(COLLECTIVE_PREFIXES) or k in ENV_NAMES)
+    return {k: environ[k] for k in relevant}
 
 
 def git_revision(path: Path = REPO_ROOT) -> dict[str, Any]:

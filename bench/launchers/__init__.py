@@ -37,17 +37,11 @@ RUN_TAG_VAR = "GPUSTACK_BENCH_RUN"
 # a --hosts node, its container, a Slurm node): a resumed sweep finds and stops what an earlier
 # controller of the same sweep left running, here and on every node of the sweep.
 SWEEP_TAG_VAR = "GPUSTACK_BENCH_SWEEP"
-# Variables of the sweep's own environment that reach every rank wherever it runs (another node,
-# a container), as they reach local ranks: the collective libraries' settings, the bench's own.
-FORWARDED_PREFIXES = (
-    "NCCL_",
-    "GLOO_",
-    "HOROVOD_",
-    "TORCH_NCCL_",
-    "TORCH_DISTRIBUTED_",
-    "UCX_",
-    "BENCH_",
-)
+# The collective libraries' settings: they change distributed results (recorded with each sweep,
+# bench.machine) and, with the bench's own BENCH_*, reach every rank wherever it runs (another
+# node, a container) as they reach local ranks.
+COLLECTIVE_PREFIXES = ("NCCL_", "GLOO_", "HOROVOD_", "TORCH_NCCL_", "TORCH_DISTRIBUTED_", "UCX_")
+FORWARDED_PREFIXES = (*COLLECTIVE_PREFIXES, "BENCH_")
 
 
 class RemoteError(RuntimeError):
