@@ -284,8 +284,8 @@ def ddp_options(load: Workload) -> dict[str, Any]:
 
 def ddp_keywords(
     *,
-    bucket_cap_mb: float = 25.0,
-    static_graph: bool = False,
+    bucket_cap_mb: float,
+    static_graph: bool,
     gradient_as_bucket_view: bool,
     broadcast_buffers: bool,
 ) -> dict[str, Any]:
