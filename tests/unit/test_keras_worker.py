@@ -154,22 +154,6 @@ def test_two_workers_under_tf_config_train_as_plain_keras() -> None:
 
 
 @pytest.mark.usefixtures("tensorflow")
-def test_worker_prints_a_row_the_controller_reads() -> None:
-    spec = tiny_spec(1, 1)
-    [(status, output)] = run_workers(["-m", "bench.rank.keras_worker", "--spec", spec.encode()], 1)
-    assert status == 0, output[-3000:]
-    report = row_of(spec, output)
-    assert (report.world_size, report.backend, report.timed_steps) == (1, "none", 2)
-    assert report.images_per_rank == spec.batch_per_gpu * 2
-    [rank] = report.ranks
-    assert len(rank.step_s) == 2 and all(s > 0 for s in rank.step_s)
-    assert rank.window_s >= sum(rank.step_s) * 0.99 and rank.data_wait_s >= 0
-    assert rank.warmup_steps == 1 and rank.device_name == "cpu"
-    assert report.images_per_rank * report.world_size / rank.window_s > 0  # images/s
-    assert rank.runtime["tensorflow"] and report.gradient_bytes > 90e6  # ResNet-50, 5 classes
-
-
-@pytest.mark.usefixtures("tensorflow")
 def test_two_workers_print_one_row_with_both() -> None:
     spec = tiny_spec(2, 1)
     argv = ["-m", "bench.rank.keras_worker", "--spec", spec.encode()]
@@ -193,12 +177,23 @@ def test_refused_run_exits_with_the_reason() -> None:
 
 
 @pytest.mark.usefixtures("tensorflow")
-def test_image_folder_through_tf_data(tmp_path: Path) -> None:
+def test_image_folder_through_tf_data_prints_a_row_the_controller_reads(tmp_path: Path) -> None:
+    """One worker reading an ImageFolder through tf.data: the row bench.rank.wire carries.
+    (The synthetic input's single worker runs in the integration sweeps: test_bench_sweep's tf-n1,
+    test_multihost's one-node tf run; one ResNet-50 process fewer here.)"""
     root = tmp_path / "train"
     datasets.make_jpeg_folder(root, images=12, size=(40, 30), classes=3, seed=1)
     spec = tiny_spec(1, 1, data=str(root))
     spec = dataclasses.replace(spec, variant=dataclasses.replace(spec.variant, loader="tfdata"))
     [(status, output)] = run_workers(["-m", "bench.rank.keras_worker", "--spec", spec.encode()], 1)
     assert status == 0, output[-3000:]
-    [rank] = row_of(spec, output).ranks
+    report = row_of(spec, output)
+    assert (report.world_size, report.backend, report.timed_steps) == (1, "none", 2)
+    assert report.images_per_rank == spec.batch_per_gpu * 2
+    [rank] = report.ranks
+    assert len(rank.step_s) == 2 and all(s > 0 for s in rank.step_s)
+    assert rank.window_s >= sum(rank.step_s) * 0.99 and rank.data_wait_s >= 0
+    assert rank.warmup_steps == 1 and rank.device_name == "cpu"
+    assert report.images_per_rank * report.world_size / rank.window_s > 0  # images/s
+    assert rank.runtime["tensorflow"] and report.gradient_bytes > 90e6  # ResNet-50's gradients
     assert rank.loader_images_per_s and rank.loader_images_per_s > 0
