@@ -1,16 +1,17 @@
 """Which input loader a sweep uses (`--loader`), decided on the controller before launch.
 
-`torch` (DataLoader workers, CPU decode) runs everywhere. `nvjpeg` (torchvision's batched GPU
-decode plus GPU augmentation) needs a CUDA device and a torchvision whose compiled ops load and
-decode on it, checked by decoding a tiny JPEG on the GPU in a child process (so the controller
-holds no CUDA context during the sweep). `dali` needs a CUDA device and an installed
-`nvidia-dali-cudaXY0` wheel whose CUDA major matches torch's. A loader that cannot run is
-refused with its reason before anything launches.
+`torch` (DataLoader workers, CPU decode) runs everywhere. `nvimgcodec` (nvImageCodec's batched
+decode on the GPU's JPEG engines) and `nvjpeg` (torchvision's batched GPU decode), both followed by
+the GPU augmentation, need a CUDA device and their decoder working on it (nvImageCodec
+installed; a torchvision whose compiled ops load), checked by decoding a tiny JPEG on the GPU in
+a child process (so the controller holds no CUDA context during the sweep). `dali` needs a CUDA
+device and an installed `nvidia-dali-cudaXY0` wheel whose CUDA major matches torch's. A loader
+that cannot run is refused with its reason before anything launches.
 
 Without `--loader`, a GPU sweep on real data takes the first runnable of DEFAULT_ORDER (DALI's
-fused GPU pipeline, then nvJPEG, then CPU workers: the order NVIDIA's published ResNet-50
-harnesses rank them in; the loader-only rate in each row shows what this machine gives), a CPU
-sweep `torch`. Synthetic data has no loader: its rows say NO_LOADER.
+fused GPU pipeline, then the GPU decoders, the hardware one first, then CPU workers: the order
+NVIDIA's published ResNet-50 harnesses rank them in; the loader-only rate in each row shows what
+this machine gives), a CPU sweep `torch`. Synthetic data has no loader: its rows say NO_LOADER.
 """
 
 from __future__ import annotations
@@ -26,9 +27,11 @@ from bench.launchers.sites import probe_json
 from bench.rank.loaders import LOADERS, TF_DATA
 from bench.spec import NO_LOADER, SYNTHETIC
 
-DEFAULT_ORDER = ("dali", "nvjpeg", "torch")
+DEFAULT_ORDER = ("dali", "nvimgcodec", "nvjpeg", "torch")
 _DALI_WHEEL = re.compile(r"^nvidia[-_]dali[-_](?:(?:nightly|weekly)[-_])?cuda(\d+)$")
 GPU_DECODE_PROBE_TIMEOUT_S = 180.0
+# the loaders that decode on the GPU, each checked by decoding a JPEG there (the decoder's name)
+GPU_DECODERS = {"nvimgcodec": "nvImageCodec", "nvjpeg": "nvJPEG"}
 
 
 def dali_cuda_majors() -> tuple[int, ...]:
@@ -48,10 +51,11 @@ def torch_cuda_major() -> int | None:
 
 
 @functools.cache
-def gpu_decode_problem() -> str:
-    """Why torchvision cannot decode JPEGs on this machine's GPU, or "" (child process)."""
+def gpu_decode_problem(loader: str = "nvjpeg") -> str:
+    """Why `loader` (nvjpeg: torchvision, nvimgcodec: nvImageCodec) cannot decode JPEGs on this
+    machine's GPU, or "" (child process)."""
     code = (
-        "import json; from bench.rank.loaders.nvjpeg import gpu_decode_problem as p; "
+        f"import json; from bench.rank.loaders.{loader} import gpu_decode_problem as p; "
         "print(json.dumps({'problem': p()}))"
     )
     found = probe_json([sys.executable, "-c", code], GPU_DECODE_PROBE_TIMEOUT_S)
@@ -79,16 +83,16 @@ def loader_problem(
     device: str,
     torch_major: Callable[[], int | None] | None = None,
     dali_majors: Callable[[], Sequence[int]] | None = None,
-    decode_problem: Callable[[], str] | None = None,
+    decode_problem: Callable[[str], str] | None = None,
 ) -> str:
     """Why `loader` cannot run a sweep on `device` here, or "" if it can. Tests state a
     machine's facts through the detection functions (default: this machine's)."""
     if loader == "torch" or loader == TF_DATA.name:  # tf.data: wherever TensorFlow is
         return ""
-    if loader == "nvjpeg" and device != "cuda":
-        return "nvJPEG decodes on the GPU; this sweep runs on CPU"
-    if loader == "nvjpeg":
-        return (decode_problem or gpu_decode_problem)()
+    if loader in GPU_DECODERS and device != "cuda":
+        return f"{GPU_DECODERS[loader]} decodes on the GPU; this sweep runs on CPU"
+    if loader in GPU_DECODERS:
+        return (decode_problem or gpu_decode_problem)(loader)
     if loader == "dali":
         majors = (dali_majors or dali_cuda_majors)()
         return dali_problem(device, (torch_major or torch_cuda_major)(), majors)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy
+import numpy as np
 import pytest
 import torch
 from PIL import Image
@@ -27,6 +28,7 @@ from bench.rank.loaders import (
     augment,
     folder,
     loader_named,
+    nvimgcodec,
     nvjpeg,
     torch_loader,
 )
@@ -162,12 +164,40 @@ def test_crop_params_follow_torchvision_bounds() -> None:
     assert augment.random_resized_crop_params(20, 500, random.Random(1)) == (0, 236, 20, 27)
 
 
-def test_resized_crop_matches_torchvision() -> None:
+def test_resized_crops_match_torchvision_image_by_image_in_one_pass_or_several(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # torchvision's own crop, antialiased resize and flip of each image: down- and upscaling,
+    # crops touching every edge, images of different sizes in one batch
     functional = import_submodule("transforms.v2.functional")
-    image = torch.randint(0, 256, (3, 50, 70), dtype=torch.uint8)
-    ours = augment.resized_crop(image, (5, 7, 31, 43), 24)
-    theirs = functional.resized_crop(image.float(), 5, 7, 31, 43, [24, 24], antialias=True)
-    torch.testing.assert_close(ours, theirs)
+    gen = torch.Generator().manual_seed(0)
+    images = [
+        torch.randint(0, 256, (3, h, w), dtype=torch.uint8, generator=gen)
+        for h, w in [(50, 70), (64, 48), (30, 90), (81, 81)]
+    ]
+    boxes = [(5, 7, 31, 43), (0, 0, 64, 48), (10, 60, 20, 30), (40, 2, 9, 11)]
+    flips = [False, True, True, False]
+    expected = []
+    for image, (top, left, h, w), flip in zip(images, boxes, flips, strict=True):
+        theirs = functional.resized_crop(image.float(), top, left, h, w, [24, 24], antialias=True)
+        expected.append(theirs.flip(-1) if flip else theirs)
+    expected_nhwc = torch.stack(expected).permute(0, 2, 3, 1)
+    ours = augment.resized_crops(images, boxes, flips, 24)
+    torch.testing.assert_close(ours, expected_nhwc, rtol=1e-4, atol=1e-3)
+    # crops too large for one pass are resized in passes of similar sizes, in the batch's order
+    monkeypatch.setattr(augment, "PASS_ELEMENTS", 2 * 64 * 48 * 3)
+    assert len(augment._passes(boxes)) > 1
+    torch.testing.assert_close(augment.resized_crops(images, boxes, flips, 24), ours)
+
+
+def test_resize_weights_are_torchvisions_rows_and_ignore_the_padding() -> None:
+    weights = augment.resize_weights(torch.tensor([6, 3]), 3, 8)
+    assert weights.shape == (2, 3, 8)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(2, 3))
+    assert not weights[0, :, 6:].any() and not weights[1, :, 3:].any()  # beyond each length
+    torch.testing.assert_close(weights[1, :, :3], torch.eye(3))  # the same size: the pixels
+    flipped = augment.resize_weights(torch.tensor([6]), 3, 8, torch.tensor([True]))
+    torch.testing.assert_close(flipped[0], weights[0].flip(0))
 
 
 def test_augment_batch_normalises_flips_and_is_reproducible() -> None:
@@ -233,10 +263,77 @@ def batches_of(
     return worker.make_batches(request_for(root, rank, world, workers), loader)
 
 
-@pytest.mark.parametrize("loader", ["torch", "nvjpeg"])
+def needs_nvimgcodec(loader: str) -> None:
+    if loader == "nvimgcodec":
+        # scripts/test.sh installs it (with DALI, which depends on it)
+        pytest.importorskip(nvimgcodec.MODULE)
+
+
+def test_nvimgcodec_decoder_on_cpu_reads_rgb_grey_cmyk_progressive_and_png_as_rgb() -> None:
+    pytest.importorskip(nvimgcodec.MODULE)
+    decoder = nvimgcodec.HardwareJpegDecoder(CPU, threads=1)
+    assert decoder.stages == (("CPU_ONLY",),)
+    buffer = io.BytesIO()
+    Image.new("RGB", (8, 6), (10, 240, 10)).save(buffer, "JPEG", progressive=True)
+    images = [
+        encode(Image.new("RGB", (12, 10), (250, 0, 0))),
+        encode(Image.new("L", (9, 7), 90)),
+        encode(Image.new("CMYK", (6, 5), (0, 255, 255, 0))),
+        torch.frombuffer(bytearray(buffer.getvalue()), dtype=torch.uint8),
+        encode(Image.new("RGB", (4, 3), (0, 0, 250)), "PNG"),  # nvImageCodec reads PNG too
+    ]
+    decoded = decoder(images)
+    shapes = [(3, 10, 12), (3, 7, 9), (3, 5, 6), (3, 6, 8), (3, 3, 4)]
+    assert [tuple(d.shape) for d in decoded] == shapes
+    assert all(d.dtype == torch.uint8 for d in decoded)
+    assert decoded[0][0].float().mean() > 200 and decoded[0][2].float().mean() < 50
+    assert decoded[2][0].float().mean() > 200  # CMYK (0, 255, 255, 0) is red
+    assert decoded[3][1].float().mean() > 200 and decoded[4][2].float().mean() > 200
+    # nothing nvImageCodec reads (a GIF): PIL's turn
+    assert tuple(decoder([encode(Image.new("RGB", (5, 4), (0, 0, 250)), "GIF")])[0].shape) == (
+        3,
+        4,
+        5,
+    )
+
+
+class RefusesOddFiles:
+    """Stands in for nvImageCodec's hardware decoder, which returns None for the files it does
+    not take (progressive, CMYK): here every second file of each call."""
+
+    def __init__(self) -> None:
+        self.calls: list[int] = []
+
+    def decode(self, files: list[Any], cuda_stream: int) -> list[Any]:
+        self.calls.append(len(files))
+        return [None if i % 2 else ("first", len(f)) for i, f in enumerate(files)]
+
+
+def test_nvimgcodec_stages_decode_only_what_the_stages_before_returned_none_for() -> None:
+    first, second = RefusesOddFiles(), RefusesOddFiles()
+    files = [np.zeros(n, dtype=np.uint8) for n in (10, 11, 12, 13, 14, 15)]
+    decoded = nvimgcodec.decode_in_stages([first, second], files, cuda_stream=0)
+    # the second stage saw files 1, 3, 5 and took 1 and 5 (its own 0th and 2nd)
+    assert first.calls == [6] and second.calls == [3]
+    assert decoded == [
+        ("first", 10),
+        ("first", 11),
+        ("first", 12),
+        None,
+        ("first", 14),
+        ("first", 15),
+    ]
+    # nothing left: later stages are not called
+    third = RefusesOddFiles()
+    nvimgcodec.decode_in_stages([RefusesOddFiles(), third], files[:1], cuda_stream=0)
+    assert third.calls == []
+
+
+@pytest.mark.parametrize("loader", ["torch", "nvjpeg", "nvimgcodec"])
 def test_cpu_loaders_yield_normalised_batches_of_their_shard(
     loader: str, jpeg_folder: Path
 ) -> None:
+    needs_nvimgcodec(loader)
     _, samples = folder.list_images(jpeg_folder)
     images, labels = next(batches_of(loader, jpeg_folder, rank=1, world=2, workers=0))
     assert images.shape == (4, 3, 16, 16) and images.dtype == torch.float32
@@ -247,8 +344,9 @@ def test_cpu_loaders_yield_normalised_batches_of_their_shard(
     assert labels.tolist() == expected
 
 
-@pytest.mark.parametrize("loader", ["torch", "nvjpeg"])
+@pytest.mark.parametrize("loader", ["torch", "nvjpeg", "nvimgcodec"])
 def test_cpu_loaders_reshuffle_every_epoch(loader: str, jpeg_folder: Path) -> None:
+    needs_nvimgcodec(loader)
     # 24 images / batch 4 = 6 batches an epoch: the 7th batch starts epoch 1, whose order is the
     # sampler's epoch-1 order (DistributedSampler.set_epoch), not epoch 0's again
     _, samples = folder.list_images(jpeg_folder)
@@ -374,7 +472,7 @@ def test_loader_rate_counts_images_per_second_after_skipping_the_queue() -> None
 
 
 def test_each_registered_loader_is_reached_by_its_name() -> None:
-    assert list(LOADERS) == ["torch", "nvjpeg", "dali", "tfdata"]
+    assert list(LOADERS) == ["torch", "nvimgcodec", "nvjpeg", "dali", "tfdata"]
     assert all(loader_named(name).name == name for name in LOADERS)
     # tf.data is the TensorFlow rank's own: a torch rank cannot build it
     with pytest.raises(ValueError, match="the tfdata loader feeds tensorflow ranks only"):
@@ -384,6 +482,7 @@ def test_each_registered_loader_is_reached_by_its_name() -> None:
     ahead = nvjpeg.AHEAD + 1  # queued by the producer thread, and the one it is producing
     assert loader_named("nvjpeg").queue_depth(3) == 3 * torch_loader.PREFETCH_FACTOR + ahead
     assert loader_named("nvjpeg").queue_depth(0) == ahead
+    assert loader_named("nvimgcodec").queue_depth(3) == loader_named("nvjpeg").queue_depth(3)
     assert loader_named("dali").queue_depth(3) == 2  # DALI's own prefetch queue
     # dali's batches, reached by name, refuse a CPU device before touching DALI
     with pytest.raises(ValueError, match="the dali loader needs a CUDA device"):
@@ -391,7 +490,7 @@ def test_each_registered_loader_is_reached_by_its_name() -> None:
 
 
 def test_an_unknown_loader_name_is_an_error_that_names_the_choices(jpeg_folder: Path) -> None:
-    choices = "unknown loader 'pil': choose from torch, nvjpeg, dali, tfdata"
+    choices = "unknown loader 'pil': choose from torch, nvimgcodec, nvjpeg, dali, tfdata"
     with pytest.raises(ValueError, match=choices):
         loader_named("pil")
     with pytest.raises(ValueError, match=choices):
@@ -424,18 +523,26 @@ def test_the_registry_and_the_loader_choice_import_no_torch() -> None:
 # --- the loader choice on the controller --------------------------------------------------------
 
 
-def facts(torch_major: int | None = 13, dali: tuple[int, ...] = (13,), decode: str = "") -> Any:
+def facts(
+    torch_major: int | None = 13, dali: tuple[int, ...] = (13,), decode: str | dict[str, str] = ""
+) -> Any:
+    """A machine's answers; `decode`: every GPU decoder's problem, or each one's by loader."""
     return {
         "torch_major": lambda: torch_major,
         "dali_majors": lambda: dali,
-        "decode_problem": lambda: decode,
+        "decode_problem": lambda loader: decode if isinstance(decode, str) else decode[loader],
     }
 
 
 def test_refusal_reasons() -> None:
     problem = loader_support.loader_problem
     assert problem("torch", "cpu", **facts()) == ""
-    assert "this sweep runs on CPU" in problem("nvjpeg", "cpu", **facts())
+    assert "nvJPEG decodes on the GPU; this sweep runs on CPU" in problem(
+        "nvjpeg", "cpu", **facts()
+    )
+    assert "nvImageCodec decodes on the GPU; this sweep runs on CPU" in problem(
+        "nvimgcodec", "cpu", **facts()
+    )
     assert "this sweep runs on CPU" in problem("dali", "cpu", **facts())
     assert "pip install nvidia-dali-cuda130" in problem("dali", "cuda", **facts(dali=()))
     mismatch = problem("dali", "cuda", **facts(torch_major=12, dali=(13,)))
@@ -444,6 +551,9 @@ def test_refusal_reasons() -> None:
     broken = facts(decode="torchvision 0.28.0's compiled ops do not load")
     assert "compiled ops do not load" in problem("nvjpeg", "cuda", **broken)
     assert problem("nvjpeg", "cuda", **facts()) == ""
+    missing = facts(decode={"nvimgcodec": "nvImageCodec is not installed", "nvjpeg": ""})
+    assert problem("nvimgcodec", "cuda", **missing) == "nvImageCodec is not installed"
+    assert problem("nvjpeg", "cuda", **missing) == ""
 
 
 def test_default_is_the_first_runnable_in_order_and_torch_on_cpu() -> None:
@@ -452,7 +562,9 @@ def test_default_is_the_first_runnable_in_order_and_torch_on_cpu() -> None:
 
     resolve = loader_support.resolve_loaders
     assert resolve(None, "/data", "cuda", machine()) == ("dali",)
-    assert resolve(None, "/data", "cuda", machine(dali=())) == ("nvjpeg",)
+    assert resolve(None, "/data", "cuda", machine(dali=())) == ("nvimgcodec",)
+    no_codec = machine(dali=(), decode={"nvimgcodec": "not installed", "nvjpeg": ""})
+    assert resolve(None, "/data", "cuda", no_codec) == ("nvjpeg",)
     no_gpu_decode = machine(dali=(), decode="no")
     assert resolve(None, "/data", "cuda", no_gpu_decode) == ("torch",)
     assert resolve(None, "/data", "cpu", machine()) == ("torch",)
@@ -566,14 +678,15 @@ def test_loader_knob_defaults_validates_and_names_the_runs(
     real = ["--data", str(jpeg_folder)]
     assert config_for(real, cpu_machine()).axes["loader"] == ("torch",)
     assert config_for([], cpu_machine()).axes["loader"] == ("none",)
-    # a GPU machine with DALI for torch's CUDA major takes DALI; without it nvJPEG, then torch
+    # a GPU machine with DALI for torch's CUDA major takes DALI; without it nvImageCodec, then
+    # nvJPEG, then torch
     monkeypatch.setattr(loader_support, "torch_cuda_major", lambda: 13)
     monkeypatch.setattr(loader_support, "dali_cuda_majors", lambda: (13,))
-    monkeypatch.setattr(loader_support, "gpu_decode_problem", lambda: "")
+    monkeypatch.setattr(loader_support, "gpu_decode_problem", lambda loader: "")
     assert config_for(real, gpu_machine()).axes["loader"] == ("dali",)
     monkeypatch.setattr(loader_support, "dali_cuda_majors", lambda: ())
-    assert config_for(real, gpu_machine()).axes["loader"] == ("nvjpeg",)
-    monkeypatch.setattr(loader_support, "gpu_decode_problem", lambda: "cannot decode")
+    assert config_for(real, gpu_machine()).axes["loader"] == ("nvimgcodec",)
+    monkeypatch.setattr(loader_support, "gpu_decode_problem", lambda loader: "cannot decode")
     config = config_for([*real, "--loader", "torch,nvjpeg,dali"], gpu_machine())
     with pytest.raises(ConfigError) as refused:
         validate(config, gpu_machine(), MODELS)
@@ -635,4 +748,5 @@ def test_report_sets_the_loader_rate_beside_the_model_and_marks_the_epoch_source
 @pytest.mark.skipif(torch.cuda.is_available(), reason="states what a machine without a GPU says")
 def test_gpu_decode_probe_runs_in_a_child_process_and_says_why() -> None:
     loader_support.gpu_decode_problem.cache_clear()
-    assert loader_support.gpu_decode_problem() == "no CUDA device is visible"
+    for loader in loader_support.GPU_DECODERS:
+        assert loader_support.gpu_decode_problem(loader) == "no CUDA device is visible"

@@ -2,8 +2,10 @@
 
 - `torch_loader`: torch DataLoader workers decode (PIL) and augment on the CPU; pinned memory,
   persistent workers, prefetching; the batch is copied to the device.
-- `nvjpeg`: DataLoader workers only read the files; torchvision's `decode_jpeg` decodes a
-  whole batch on the GPU (nvJPEG) and `augment` crops, resizes, flips and normalises it there.
+- `nvimgcodec`: DataLoader workers only read the files; NVIDIA nvImageCodec decodes a whole
+  batch on the GPU's hardware JPEG decoder (nvJPEG's CUDA decoder where it has none) and
+  `augment` crops, resizes, flips and normalises it on the GPU, the resize batched.
+- `nvjpeg`: the same with torchvision's `decode_jpeg` (nvJPEG on the SMs) as the decoder.
 - `dali`: NVIDIA DALI reads, decodes (mixed CPU/GPU nvJPEG) and augments in its own threads.
 
 - `tfdata`: the tf launcher's input: tf.data reads, decodes (decode_jpeg) and augments in a
@@ -87,6 +89,7 @@ LOADERS: dict[str, Loader] = {
     loader.name: loader
     for loader in (
         Loader("torch", "torch_loader", "DataLoader workers decode on the CPU"),
+        Loader("nvimgcodec", "nvimgcodec", "nvImageCodec decodes on the GPU's JPEG engines"),
         Loader("nvjpeg", "nvjpeg", "torchvision decodes and augments on the GPU"),
         Loader("dali", "dali", "NVIDIA DALI"),
         TF_DATA,

@@ -4,7 +4,8 @@ DataLoader workers only read files (cheap, IO-parallel); the training process ha
 of encoded JPEGs to torchvision's batched `decode_jpeg(..., device="cuda")` (nvJPEG) and runs
 `augment.augment_batch` on the decoded images on the GPU. A producer thread decodes the next
 batches on a side CUDA stream while the current one trains, so decoding overlaps the step instead
-of adding to it (`ahead_pipeline`).
+of adding to it (`ahead_pipeline`). The `nvimgcodec` loader shares all of this
+(`decoded_batches`) with another decoder.
 
 Files nvJPEG cannot decode (ImageNet has a PNG and some CMYK JPEGs named .JPEG) are decoded
 one by one, falling back to PIL on the host for any the GPU refuses. On a CPU device the same
@@ -218,14 +219,17 @@ def ahead_pipeline(
         producer.stop.set()
 
 
-def batches(request: LoaderRequest) -> Iterator[Batch]:
-    """Each rank reads its shard's file bytes and decodes and augments them on its device."""
+def decoded_batches(
+    request: LoaderRequest, decoder: Callable[[list[torch.Tensor]], list[torch.Tensor]]
+) -> Iterator[Batch]:
+    """Each rank reads its shard's file bytes; `decoder` turns a batch of them into CHW uint8
+    images on the rank's device, and augment_batch crops, resizes, flips and normalises them
+    there, in the producer thread."""
     _, samples = list_images(request.root)
     dataset = EncodedImages(samples)
-    # decode_jpeg reads host memory: nothing to pin
+    # the decoders read host memory: nothing to pin
     shard = sharded_epochs(dataset, request, pin_memory=False, collate_fn=collate_encoded)
     device = request.device
-    decoder = JpegDecoder(device)
     # crops and flips: reproducible, different per rank
     rng = random.Random(f"{request.seed}-{request.rank}")
 
@@ -236,6 +240,11 @@ def batches(request: LoaderRequest) -> Iterator[Batch]:
         return images, labels.to(device, non_blocking=True)
 
     yield from ahead_pipeline(shard, produce, device)
+
+
+def batches(request: LoaderRequest) -> Iterator[Batch]:
+    """torchvision's batched nvJPEG decode (on CPU: its CPU decoder, else PIL)."""
+    return decoded_batches(request, JpegDecoder(request.device))
 
 
 def queue_depth(workers: int) -> int:
