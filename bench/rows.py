@@ -102,6 +102,7 @@ def measurements(report: wire.RunReport, spec: RunSpec) -> dict[str, Any]:
     telemetry = merge_telemetry([r.telemetry for r in report.ranks])
     compiled = [r.compile_s for r in report.ranks if r.compile_s is not None]
     warmups = [r.warmup_steps for r in report.ranks if r.warmup_steps is not None]
+    cores = [r.cpu_cores for r in report.ranks if r.cpu_cores is not None]
     return {
         "images": images,
         "window_s": window,
@@ -130,6 +131,7 @@ def measurements(report: wire.RunReport, spec: RunSpec) -> dict[str, Any]:
         "rank_python": report.ranks[0].runtime.get("python", ""),
         "rank_torch": _versions(report, "torch"),
         "rank_tensorflow": _versions(report, "tensorflow"),
+        "cpu_cores_per_rank": min(cores) if cores else None,
     }
 
 

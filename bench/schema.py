@@ -104,6 +104,9 @@ class Measurements:
     rank_python: str = ""
     rank_torch: str = ""
     rank_tensorflow: str = ""  # the tf launcher's ranks' TensorFlow
+    # cores the ranks' CPU affinity allowed (the fewest of any rank): with --cpu-affinity on,
+    # the share each rank was pinned to, else what the launch gave it
+    cpu_cores_per_rank: int | None = None
 
 
 def knob_columns() -> list[tuple[str, Any]]:

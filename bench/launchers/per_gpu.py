@@ -2,8 +2,9 @@
 launcher's process on each node (its command line: bench.launchers.argv.node_argv).
 
 It starts COMMAND once per GPU of the node, all at once, each pinned to its GPU as torchrun pins
-a rank (LOCAL_RANK=i; bench.rank.engines sets the device) in a world of its own (RANK=0,
-WORLD_SIZE=1), with its slot K+i (bench.rank.wire.SLOT_VAR). Nothing connects the processes.
+a rank (LOCAL_RANK=i, LOCAL_WORLD_SIZE=N; bench.rank.engines sets the device) in a world of its
+own (RANK=0, WORLD_SIZE=1), with its slot K+i (bench.rank.wire.SLOT_VAR). Nothing connects the
+processes.
 Each line one writes comes out prefixed with its slot in one write(2), so the controller gives
 every GPU its own row and error. A process that fails leaves the others running; once all have
 ended, the exit status is the first failure's (128 + N for a signal), or 0. The processes die
@@ -41,7 +42,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = []
     for gpu in range(args.gpus):
         slot = args.first_slot + gpu
-        pinned = {"LOCAL_RANK": str(gpu), "RANK": "0", "WORLD_SIZE": "1", SLOT_VAR: str(slot)}
+        pinned = {
+            "LOCAL_RANK": str(gpu),
+            "LOCAL_WORLD_SIZE": str(args.gpus),  # the GPUs' processes beside it (--cpu-affinity)
+            "RANK": "0",
+            "WORLD_SIZE": "1",
+            SLOT_VAR: str(slot),
+        }
         proc = subprocess.Popen(
             command,
             stdout=subprocess.PIPE,

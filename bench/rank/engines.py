@@ -36,6 +36,9 @@ class DistInfo:
     # per-gpu: this GPU's slot in the launch (bench.rank.wire.SLOT_VAR), which keys its result
     # and its faults; None where the ranks make one run together
     slot: int | None = None
+    # processes on this node (local ranks 0..local_size-1 drive CUDA devices in that order):
+    # whom --cpu-affinity shares a NUMA node's cores with
+    local_size: int = 1
 
 
 class Engine(ABC):
@@ -99,7 +102,11 @@ class DdpEngine(Engine):
         device = _device(device_type, local_rank)
         backend = "nccl" if device_type == "cuda" else "gloo"
         dist.init_process_group(backend, device_id=device if device_type == "cuda" else None)
-        self._info = DistInfo(dist.get_rank(), dist.get_world_size(), local_rank, device, backend)
+        # torchrun's LOCAL_WORLD_SIZE: its workers on this node (torch/distributed/run.py's
+        # docstring, "Environment Variables", torch 2.13.0, read 2026-11-27)
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+        rank, size = dist.get_rank(), dist.get_world_size()
+        self._info = DistInfo(rank, size, local_rank, device, backend, local_size=local)
         return self._info
 
     def wrap(
@@ -171,7 +178,9 @@ class HorovodEngine(Engine):
         hvd.init()
         device = _device(device_type, hvd.local_rank())
         backend = "nccl" if device_type == "cuda" and hvd.nccl_built() else "gloo"
-        self._info = DistInfo(hvd.rank(), hvd.size(), hvd.local_rank(), device, backend)
+        self._info = DistInfo(
+            hvd.rank(), hvd.size(), hvd.local_rank(), device, backend, local_size=hvd.local_size()
+        )
         return self._info
 
     def wrap(
@@ -231,7 +240,8 @@ class IndependentEngine(Engine):
         local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         device = _device(device_type, local_rank)
         slot = int(os.environ.get(wire.SLOT_VAR, str(local_rank)))
-        self._info = DistInfo(0, 1, local_rank, device, "none", slot=slot)
+        local_size = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))  # bench.launchers.per_gpu's
+        self._info = DistInfo(0, 1, local_rank, device, "none", slot=slot, local_size=local_size)
         return self._info
 
 

@@ -395,6 +395,7 @@ def main(argv: list[str] | None = None) -> int:
             keras=keras.__version__,
             tensorflow_path=os.path.dirname(tf.__file__),
         ),
+        cpu_cores=len(os.sched_getaffinity(0)),
     )
     run = wire.RunReport(
         run_id=spec.run_id,

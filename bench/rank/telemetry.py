@@ -85,7 +85,7 @@ def merge_telemetry(per_rank: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _nvml_handle(pynvml: Any, cuda_device: int) -> Any:
+def nvml_handle(pynvml: Any, cuda_device: int) -> Any:
     """NVML's handle for a CUDA device: by PCI bus id, else by UUID (both survive
     CUDA_VISIBLE_DEVICES renumbering, unlike NVML's own index)."""
     import torch
@@ -124,7 +124,7 @@ class GpuSampler:
         self,
         cuda_device: int | None,
         interval_s: float = 0.5,
-        find: Callable[[Any, int], Any] = _nvml_handle,
+        find: Callable[[Any, int], Any] = nvml_handle,
     ) -> None:
         self._device = cuda_device
         self._find = find  # NVML's handle of a CUDA device (torch's bus id by default)

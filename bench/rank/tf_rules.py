@@ -55,6 +55,8 @@ def why_not_runnable(spec: RunSpec) -> str | None:
         return "tf.distribute's collectives have no fp16 gradient compression"
     if spec.trace_path:
         return "--profile traces with torch.profiler; a tf run records no trace"
+    if variant.cpu_affinity:
+        return "--cpu-affinity pins a process per GPU; the tf rank drives all of a node's GPUs"
     if load.data == SYNTHETIC and variant.loader != NO_LOADER:
         return f"synthetic data takes no loader (asked: {variant.loader})"
     if load.data != SYNTHETIC and variant.loader != TF_DATA_LOADER:

@@ -67,6 +67,7 @@ class RankReport:
     profile: dict[str, Any] | None = None  # --profile: profiling.profile_steps' summary (rank 0)
     # where the rank ran, as it saw it (`runtime`): interpreter, framework, mount namespace
     runtime: dict[str, str] = field(default_factory=dict)
+    cpu_cores: int | None = None  # cores its CPU affinity allowed after the window (--cpu-affinity)
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from bench.rank import engines, faults, timing, wire
+from bench.rank.affinity import pin_rank
 from bench.rank.checkpointing import checkpoint_stages
 from bench.rank.lifeline import exit_rank
 from bench.rank.loaders import LoaderRequest, loader_named
@@ -277,6 +278,10 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(spec.workload.seed)
     engine = engines.create(spec.launcher, spec.world_size, spec.workload.compile_ddp_split)
     info = engine.init(spec.workload.device)
+    if spec.variant.cpu_affinity:  # before the loader's workers and threads start: they inherit it
+        pinned = pin_rank(info.local_rank, info.local_size, info.devices, info.device.type)
+        if pinned:  # threads_per_rank was the node's cores / its ranks: use the pinned share
+            torch.set_num_threads(len(pinned))
     training = set_up(spec, engine, info)
     compile_s, warmup_steps, timed_steps = settle(spec, engine, info, training)
     fault = faults.fault_for(info.rank if info.slot is None else info.slot)
@@ -311,6 +316,7 @@ def main(argv: list[str] | None = None) -> int:
         loader_images_per_s=loader_images_per_s,
         profile=profile,
         runtime=wire.runtime(torch=torch.__version__, torch_path=os.path.dirname(torch.__file__)),
+        cpu_cores=len(os.sched_getaffinity(0)),
     )
     images_per_step = spec.batch_per_gpu * info.devices * spec.variant.grad_accum
     run = wire.RunReport(

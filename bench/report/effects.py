@@ -1,9 +1,9 @@
 """What a training-side knob does to throughput, scaling, memory and communication.
 
 For gradient accumulation and activation checkpointing (the knobs that trade compute, memory and
-communication against each other), each configuration is set beside the same configuration with
-the knob at its default: img/s, efficiency, the effective global batch, the gradient MB each GPU
-reduces per image and the peak memory, all from the rows.
+communication against each other) and rank pinning (--cpu-affinity), each configuration is set
+beside the same configuration with the knob at its default: img/s, efficiency, the effective
+global batch, the gradient MB each GPU reduces per image and the peak memory, all from the rows.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from bench.spec import Variant, knobs
 EFFECT_KNOBS = {  # Variant field -> how the report names it
     "grad_accum": "gradient accumulation (micro-batches per step)",
     "activation_checkpointing": "activation checkpointing",
+    "cpu_affinity": "rank pinning (--cpu-affinity)",
 }
 
 

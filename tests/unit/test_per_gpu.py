@@ -306,7 +306,8 @@ def test_the_spawner_runs_every_gpu_alone_and_a_failure_stops_no_other() -> None
     child = (
         "import os, sys, time; slot = int(os.environ['BENCH_GPU_SLOT']); "
         "time.sleep(0.5 if slot == 5 else 0); "
-        "print(os.environ['LOCAL_RANK'], os.environ['RANK'], os.environ['WORLD_SIZE'], slot); "
+        "e = os.environ; print(e['LOCAL_RANK'], e['LOCAL_WORLD_SIZE'], e['RANK'], "
+        "e['WORLD_SIZE'], slot); "
         "sys.exit(3 if slot == 4 else 0)"
     )
     done = subprocess.run(
@@ -316,9 +317,9 @@ def test_the_spawner_runs_every_gpu_alone_and_a_failure_stops_no_other() -> None
         timeout=60,
     )
     assert done.returncode == 3  # the failure's status, after every process ended
-    assert wire.slot_output(done.stdout, 3) == "0 0 1 3\n"
-    assert wire.slot_output(done.stdout, 4) == "1 0 1 4\nbench: GPU 1 exited with status 3\n"
-    assert wire.slot_output(done.stdout, 5) == "2 0 1 5\n"  # finished after slot 4 failed
+    assert wire.slot_output(done.stdout, 3) == "0 3 0 1 3\n"
+    assert wire.slot_output(done.stdout, 4) == "1 3 0 1 4\nbench: GPU 1 exited with status 3\n"
+    assert wire.slot_output(done.stdout, 5) == "2 3 0 1 5\n"  # finished after slot 4 failed
 
 
 # ---- the fault that makes a GPU slow
