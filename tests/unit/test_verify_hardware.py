@@ -1,0 +1,192 @@
+"""playbooks/files/verify_hardware.py: the measuring code run for real on CPU tensors.
+
+CI has no GPU, so the script runs with --device cpu (the same code path on CPU tensors) and small
+sizes; two CPU stand-ins for GPUs make the all-at-once threads and the pair loop run too. The
+arithmetic the figures are made of is checked by importing the script by path.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "playbooks/files/verify_hardware.py"
+_spec = importlib.util.spec_from_file_location("verify_hardware", SCRIPT)
+hardware = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(hardware)
+
+pytest.importorskip("torch")
+
+SMALL = ["--gemm-size", "64", "--hbm-mib", "1", "--host-mib", "0.5", "--p2p-mib", "0.5"]
+REPEATS = 3
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+
+
+@pytest.fixture(scope="module")
+def report() -> dict:
+    done = run(
+        "--device", "cpu", "--cpu-devices", "2", *SMALL,
+        "--repeats", str(REPEATS), "--iters", "2", "--warmup", "1",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == 1, "stdout holds exactly one JSON object; progress goes to stderr"
+    assert "gemm" in done.stderr
+    return json.loads(lines[0])
+
+
+def figures(report: dict):
+    """Every summary in the report: (where, {unit, samples, best, median})."""
+    for gpu in report["gpus"]:
+        for precision, figure in gpu["gemm_tflops"].items():
+            yield f"gpu{gpu['index']} gemm {precision}", figure
+        for key in ("hbm_copy_gbs", "h2d_gbs", "d2h_gbs"):
+            yield f"gpu{gpu['index']} {key}", gpu[key]
+    for direction, entry in report["host_all_at_once"].items():
+        yield f"all-at-once {direction}", entry["aggregate_gbs"]
+        for per in entry["per_device_gbs"]:
+            yield f"all-at-once {direction} device {per['index']}", per
+    for pair in report["p2p_gbs"]:
+        yield f"pair {pair['src']}->{pair['dst']}", pair
+
+
+def test_the_report_says_what_was_run(report):
+    assert report["tool"] == "verify_hardware"
+    assert report["device"] == "cpu"
+    assert report["torch"]
+    assert report["settings"] == {
+        "tests": ["gemm", "hbm", "host", "p2p"],
+        "gemm_size": 64,
+        "hbm_bytes": 1 << 20,
+        "host_bytes": 1 << 19,
+        "p2p_bytes": 1 << 19,
+        "repeats": REPEATS,
+        "iters": 2,
+        "warmup": 1,
+    }
+    assert set(report["units"]) == {"TFLOPS", "GB/s"}
+    assert [gpu["index"] for gpu in report["gpus"]] == [0, 1]
+    assert report["seconds"] > 0
+
+
+def test_every_figure_keeps_every_sample_finite_and_positive(report):
+    seen = list(figures(report))
+    # 2 devices x (3 precisions + hbm + h2d + d2h) + 2 directions x (aggregate + 2) + 2 pairs
+    assert len(seen) == 2 * 6 + 2 * 3 + 2
+    for where, figure in seen:
+        samples = figure["samples"]
+        assert len(samples) == REPEATS, where
+        assert all(math.isfinite(s) and s > 0 for s in samples), (where, samples)
+        assert figure["best"] == max(samples), where
+        assert figure["best"] >= figure["median"], where
+        assert min(samples) <= figure["median"] <= max(samples), where
+        assert figure["unit"] in ("TFLOPS", "GB/s"), where
+
+
+def test_gemm_runs_the_cpu_precisions_and_says_why_tf32_is_skipped(report):
+    for gpu in report["gpus"]:
+        assert set(gpu["gemm_tflops"]) == {"bf16", "fp16", "fp32"}
+        assert set(gpu["gemm_skipped"]) == {"tf32"}
+        assert "CPU" in gpu["gemm_skipped"]["tf32"]
+
+
+def test_copy_figures_say_which_bytes_they_count(report):
+    gpu = report["gpus"][0]
+    assert gpu["hbm_copy_gbs"]["counts"].startswith("read+write")
+    assert gpu["hbm_copy_gbs"]["bytes_per_copy"] == 1 << 20
+    for key in ("h2d_gbs", "d2h_gbs"):
+        assert "one direction" in gpu[key]["counts"]
+        # No host-device link on a CPU run: the figure must not pass for one.
+        assert "host memcpy" in gpu[key]["path"]
+    for entry in report["host_all_at_once"].values():
+        assert entry["devices"] == 2
+        assert "host memcpy" in entry["path"]
+
+
+def test_pairs_cover_each_ordered_pair_once(report):
+    pairs = report["p2p_gbs"]
+    assert sorted((p["src"], p["dst"]) for p in pairs) == [(0, 1), (1, 0)]
+    assert all(p["peer"] is False and "host memcpy" in p["path"] for p in pairs)
+
+
+def test_one_device_has_no_pair_and_says_so():
+    done = run("--device", "cpu", *SMALL, "--repeats", "1", "--iters", "1", "--tests", "p2p")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["p2p_gbs"] == []
+    assert "one device" in report["p2p_skipped"]
+    assert "gemm_tflops" not in report["gpus"][0]
+
+
+def test_the_flop_count_is_two_n_cubed():
+    assert hardware.gemm_flops(1) == 2
+    assert hardware.gemm_flops(8192) == 2 * 8192**3
+    # 10 products of n = 1000 (2e9 flop each) in 0.02 s: 1e12 flop/s.
+    assert hardware.tflops(1000, 10, 0.02) == pytest.approx(1.0)
+    assert hardware.gbs(3e9, 1.5) == pytest.approx(2.0)
+
+
+def test_summary_keeps_samples_best_and_median():
+    assert hardware.summary([3.0, 1.0, 2.0, 5.0], "GB/s") == {
+        "unit": "GB/s",
+        "samples": [3.0, 1.0, 2.0, 5.0],
+        "best": 5.0,
+        "median": 2.5,
+    }
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "expected"),
+    [
+        ("--gemm-size", "0", ">= 1"),
+        ("--gemm-size", "-5", ">= 1"),
+        ("--gemm-size", "nan", ">= 1"),
+        ("--hbm-mib", "0", "> 0"),
+        ("--host-mib", "-1", "> 0"),
+        ("--p2p-mib", "nan", "finite"),
+        ("--hbm-mib", "inf", "finite"),
+        ("--repeats", "0", ">= 1"),
+        ("--iters", "0", ">= 1"),
+        ("--warmup", "-1", ">= 0"),
+        ("--tests", "gemm,disk", "gemm,hbm,host,p2p"),
+    ],
+)
+def test_bad_values_are_refused_before_anything_runs(option, value, expected):
+    done = run("--device", "cpu", f"{option}={value}")
+    assert done.returncode == 2
+    assert done.stdout == ""
+    message = done.stderr.strip().splitlines()[-1]
+    assert option in message
+    assert repr(value) in message
+    assert expected in message
+
+
+def test_cpu_stand_ins_are_refused_with_cuda():
+    done = run("--device", "cuda", "--cpu-devices", "2")
+    assert done.returncode == 2
+    assert "--cpu-devices" in done.stderr
+
+
+def test_cuda_without_a_gpu_exits_3_and_says_so():
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    done = run("--device", "cuda", "--repeats", "1")
+    assert done.returncode == 3
+    assert "no GPU" in json.loads(done.stdout)["error"]
