@@ -35,6 +35,8 @@ tests/fixtures/health/ with their sources in SOURCES.md there):
   body.<entity group>.children.<id> (DCGM 4.6.0's dcgmi/Health.cpp, read 2026-11-25);
 - remapped rows / retired pages: the JSON of playbooks/files/verify_memory_errors.py (NVML through
   nvidia-ml-py; its format is ours), since no nvidia-smi output of them was found both ways.
+- GEMM, device and host copies: the JSON of playbooks/files/verify_hardware.py (torch; its format
+  is ours), judged against playbooks/vars/hardware_floors.yml.
 Unit tests: tests/unit/test_health_checks.py.
 """
 
@@ -498,6 +500,106 @@ def dcgm_health(watches: Mapping, result: Mapping, fail_on_warning=True) -> dict
     return _row("dcgm_health", passed, figures, message)
 
 
+# verify_hardware.py's figures judged by playbooks/vars/hardware_floors.yml: floor key -> where the
+# figure sits in a GPU's report (a path of keys) and what it is.
+HARDWARE_FIGURES = {
+    "gemm_bf16_tflops": (("gemm_tflops", "bf16"), "bf16 GEMM", "TFLOPS"),
+    "gemm_fp16_tflops": (("gemm_tflops", "fp16"), "fp16 GEMM", "TFLOPS"),
+    "gemm_tf32_tflops": (("gemm_tflops", "tf32"), "tf32 GEMM", "TFLOPS"),
+    "gemm_fp32_tflops": (("gemm_tflops", "fp32"), "fp32 GEMM", "TFLOPS"),
+    "hbm_copy_gbs": (("hbm_copy_gbs",), "device memory copy (read+write)", "GB/s"),
+    "h2d_gbs": (("h2d_gbs",), "host-to-device copy", "GB/s"),
+    "d2h_gbs": (("d2h_gbs",), "device-to-host copy", "GB/s"),
+}
+
+
+def _words(name: str) -> set[str]:
+    return set(re.findall(r"[A-Z0-9]+", name.upper()))
+
+
+def hardware_floor_entry(name: str, floors: Iterable[Mapping]) -> Mapping | None:
+    """The first entry of the floors table whose every token is a word of the GPU's name."""
+    words = _words(name)
+    for entry in floors:
+        if all(token.upper() in words for token in entry.get("tokens", [])):
+            return entry
+    return None
+
+
+def hardware_floors(result: Mapping, floors: Iterable[Mapping]) -> dict:
+    """Each GPU's figures from playbooks/files/verify_hardware.py (the median of its repeats)
+    against its model's floors (playbooks/vars/hardware_floors.yml): passed when every figure
+    that has a floor reaches it. A model without an entry, and a figure without a floor, are
+    recorded unjudged, and the figures say so."""
+    floors = list(floors or [])
+    ran, said = _ran(result)
+    try:
+        report = json.loads(str(result.get("stdout") or "")) if ran else {}
+    except ValueError:
+        ran, said, report = False, "its output is not JSON", {}
+    gpus = report.get("gpus", []) if isinstance(report, Mapping) else []
+    if not ran or not gpus:
+        reason = said if not ran else "it measured no GPU"
+        return _row(
+            "hardware_floors",
+            False,
+            {"error": reason},
+            f"verify_hardware.py did not measure the GPUs ({reason}).",
+        )
+    figures, below, unjudged = [], [], []
+    for gpu in gpus:
+        name = str(gpu.get("name", "?"))
+        entry = hardware_floor_entry(name, floors)
+        judged = {}
+        for key, (path, what, unit) in HARDWARE_FIGURES.items():
+            found = gpu
+            for part in path:
+                found = found.get(part, {}) if isinstance(found, Mapping) else {}
+            if not found:
+                continue
+            floor = (entry or {}).get("floors", {}).get(key)
+            median = float(found["median"])
+            judged[key] = {
+                "median": median,
+                "best": float(found["best"]),
+                "samples": found.get("samples", []),
+                "unit": unit,
+                "floor": None if floor is None else float(floor["value"]),
+                "kind": None if floor is None else floor.get("kind"),
+                "source": None if floor is None else floor.get("source"),
+            }
+            if floor is not None and median < float(floor["value"]):
+                below.append(
+                    f"GPU {gpu.get('index')} ({name}) {what} {median:,.1f} {unit} "
+                    f"< floor {float(floor['value']):,.1f} ({floor.get('source')})"
+                )
+        if entry is None:
+            unjudged.append(f"GPU {gpu.get('index')} ({name}): no floors for this model")
+        figures.append(
+            {
+                "index": gpu.get("index"),
+                "name": name,
+                "uuid": gpu.get("uuid"),
+                "model": None if entry is None else entry.get("model"),
+                "figures": judged,
+            }
+        )
+    summary = {
+        "rule": "the median of the repeats >= the floor",
+        "repeats": report.get("settings", {}).get("repeats"),
+        "gpus": figures,
+        "not_judged": unjudged,
+    }
+    return _row(
+        "hardware_floors",
+        not below,
+        summary,
+        "Below the floor (median of "
+        f"{summary['repeats']} repeats): " + "; ".join(below) + ": reseat or replace the GPU, "
+        "check its PCIe link and power, or rerun with --tags hardware to confirm.",
+    )
+
+
 def not_checked(check: str, reason: str) -> dict:
     """A check that does not apply on this host: passed, with the reason in its figures."""
     return _row(check, True, {"skipped": reason}, "")
@@ -516,4 +618,5 @@ class FilterModule:
             "gpustack_health_remapped_rows": remapped_rows,
             "gpustack_health_dcgm_health": dcgm_health,
             "gpustack_health_not_checked": not_checked,
+            "gpustack_health_hardware_floors": hardware_floors,
         }

@@ -50,6 +50,7 @@ FAULT_MESSAGES = {
     "container_gpus": "nvidia-smi -L` lists 0 GPUs but the PCI bus has 4 (rc 125: docker: Error",
     "cupy_matmul": "within 0.001 of NumPy (per GPU: [0.98])",
     "tensorflow_gpus_matmul": "lists 0 of the 4 GPUs",
+    "hardware_floors": "GPU 0 (NVIDIA H200) host-to-device copy 27.6 GB/s < floor 48.0",
     # The health checks (tasks/verify_health.yml) on the readings of tests/fixtures/health.
     "gpu_count": "4 NVIDIA GPU(s) on the PCI bus, verify_expected_gpus is 8",
     "xid_errors": '1 Xid error(s) since boot, codes [79] (first: Xid 79 on PCI:0000:44:00, "GPU',

@@ -452,3 +452,77 @@ def test_dcgm_health_fails_without_watches_or_a_host_engine():
     row = health.dcgm_health(no_engine, ran("dcgmi-health-c-j.healthy.json"))
     assert not row["passed"]
     assert "could not set DCGM's health watches (rc 255: no output)" in row["message"]
+
+
+# --- hardware_floors: verify_hardware.py's figures against playbooks/vars/hardware_floors.yml ---
+
+FLOORS = yaml.safe_load((ROOT / "playbooks/vars/hardware_floors.yml").read_text())[
+    "verify_hardware_floors"
+]
+H200 = json.loads((FIXTURES / "verify_hardware-h200.json").read_text())
+
+
+def measured(report: dict, rc: int = 0) -> dict:
+    return {"rc": rc, "stdout": json.dumps(report), "stderr": ""}
+
+
+def test_hardware_floors_the_real_h200_reading_passes_each_figure_against_its_floor():
+    row = health.hardware_floors(measured(H200), FLOORS)
+    assert row["passed"] and row["message"] == ""
+    (gpu,) = row["figures"]["gpus"]
+    assert gpu["model"] == "H200" and row["figures"]["not_judged"] == []
+    h2d = gpu["figures"]["h2d_gbs"]
+    assert h2d["floor"] == 48 and h2d["kind"] == "cloud" and "Azure" in h2d["source"]
+    assert h2d["median"] == H200["gpus"][0]["h2d_gbs"]["median"] > 48
+    assert gpu["figures"]["hbm_copy_gbs"]["floor"] == 2333
+    assert gpu["figures"]["gemm_bf16_tflops"]["kind"] == "measured"
+    assert row["figures"]["rule"] == "the median of the repeats >= the floor"
+
+
+def test_hardware_floors_a_figure_below_its_floor_fails_naming_gpu_figure_and_source():
+    # Derived from the real reading: host-to-device halved, as a link trained at x8 of x16 gives.
+    slow = json.loads(json.dumps(H200))
+    h2d = slow["gpus"][0]["h2d_gbs"]
+    h2d["samples"] = [x / 2 for x in h2d["samples"]]
+    h2d["median"], h2d["best"] = h2d["median"] / 2, h2d["best"] / 2
+    row = health.hardware_floors(measured(slow), FLOORS)
+    assert not row["passed"]
+    assert "GPU 0 (NVIDIA H200) host-to-device copy 27.6 GB/s < floor 48.0" in row["message"]
+    assert "Azure nd96isr_h200_v5.conf check_gpu_bw 48" in row["message"]
+
+
+def test_hardware_floors_a_model_without_floors_is_recorded_not_judged():
+    other = json.loads(json.dumps(H200))
+    other["gpus"][0]["name"] = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
+    row = health.hardware_floors(measured(other), FLOORS)
+    assert row["passed"]
+    assert row["figures"]["not_judged"] == [
+        "GPU 0 (NVIDIA RTX PRO 6000 Blackwell Server Edition): no floors for this model"
+    ]
+    assert all(f["floor"] is None for f in row["figures"]["gpus"][0]["figures"].values())
+
+
+def test_hardware_floors_fails_when_the_script_did_not_measure():
+    failed = {"rc": 3, "stdout": '{"error": "no CUDA device"}', "stderr": "no CUDA device"}
+    row = health.hardware_floors(failed, FLOORS)
+    assert not row["passed"] and "rc 3: no CUDA device" in row["message"]
+    row = health.hardware_floors(measured({"gpus": []}), FLOORS)
+    assert not row["passed"] and "it measured no GPU" in row["message"]
+
+
+@pytest.mark.parametrize(
+    ("name", "model"),
+    [
+        ("NVIDIA H200", "H200"),
+        ("NVIDIA H200 NVL", "H200 NVL"),
+        ("NVIDIA H100 80GB HBM3", "H100 80GB HBM3 (SXM)"),
+        ("NVIDIA H100 PCIe", "H100 PCIe"),
+        ("NVIDIA H100 NVL", "H100 NVL"),
+        ("NVIDIA A100-SXM4-80GB", "A100 SXM4 80GB"),
+        ("NVIDIA A100-SXM4-40GB", None),
+        ("NVIDIA B200", "B200"),
+    ],
+)
+def test_hardware_floor_entries_match_the_most_specific_model(name, model):
+    entry = health.hardware_floor_entry(name, FLOORS)
+    assert (entry or {}).get("model") == model

@@ -48,7 +48,7 @@ class Tool:
 class Report:
     """A report in the format of one of our playbooks/files/verify_*.py scripts: faults patch it."""
 
-    healthy: str
+    healthy: str | Path  # under FIXTURES, or a path (HEALTH / name)
     patches: dict[str, dict] = field(default_factory=dict)  # check -> {"set": {...}, "drop": [...]}
 
 
@@ -181,6 +181,20 @@ REMAP_PENDING = [
     else gpu
     for gpu in json.loads((FIXTURES / "verify_memory_errors.json").read_text())["gpus"]
 ]
+# verify_hardware.py's real reading on one H200 (tests/fixtures/health/SOURCES.md), and the same
+# with host-to-device halved, as a link trained at x8 of x16 gives (derived, not a reading).
+H200_HARDWARE = json.loads((HEALTH / "verify_hardware-h200.json").read_text())["gpus"]
+H2D_HALVED = [
+    {
+        **gpu,
+        "h2d_gbs": {
+            **gpu["h2d_gbs"],
+            **{k: gpu["h2d_gbs"][k] / 2 for k in ("median", "best")},
+            "samples": [x / 2 for x in gpu["h2d_gbs"]["samples"]],
+        },
+    }
+    for gpu in H200_HARDWARE
+]
 REPORTS: dict[str, Report] = {
     "verify_torch.py": Report(
         "verify_torch.json",
@@ -215,6 +229,9 @@ REPORTS: dict[str, Report] = {
         # the values of the real reading in leptonai/gpud#80 ("Uncorrectable Error : 4", "Pending :
         # Yes"), in the script's own format.
         {"remapped_rows": {"set": {"gpus": REMAP_PENDING}}},
+    ),
+    "verify_hardware.py": Report(
+        HEALTH / "verify_hardware-h200.json", {"hardware_floors": {"set": {"gpus": H2D_HALVED}}}
     ),
     "verify_tensorflow.py": Report(
         "verify_tensorflow.json",
