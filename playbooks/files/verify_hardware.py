@@ -39,6 +39,7 @@ import statistics
 import sys
 import threading
 import time
+from collections.abc import Callable
 from contextlib import nullcontext
 
 MIB = 1 << 20
@@ -69,28 +70,24 @@ def log(message: str) -> None:
 
 
 # ---- The command line: every value is checked before torch is imported -------------------------
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not an integer (expected a whole number >= 1)"
-        ) from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is too small (expected a whole number >= 1)")
-    return value
+def whole_number(least: int) -> Callable[[str], int]:
+    """argparse type: a whole number >= least, refused with the value and what is expected."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < least:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not usable (expected a whole number >= {least})"
+            )
+        return value
+
+    return parse
 
 
-def non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not an integer (expected a whole number >= 0)"
-        ) from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is negative (expected a whole number >= 0)")
-    return value
+positive_int, non_negative_int = whole_number(1), whole_number(0)
 
 
 def positive_mib(text: str) -> float:

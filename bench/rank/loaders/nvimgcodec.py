@@ -41,7 +41,7 @@ import numpy as np
 import torch
 
 from bench.rank.loaders import LoaderRequest
-from bench.rank.loaders.nvjpeg import Batch, decoded_batches, pil_decode
+from bench.rank.loaders.nvjpeg import Batch, decoded_batches, pil_decode, probe_jpeg
 from bench.rank.loaders.nvjpeg import queue_depth as queue_depth
 
 # Distribution and module: pip install nvidia-nvimgcodec-cu13 nvidia-nvjpeg (the CUDA 13 build
@@ -134,13 +134,7 @@ def gpu_decode_problem() -> str:
             f"nvImageCodec is not installed ({exc}): pip install nvidia-nvimgcodec-cu"
             f"{(torch.version.cuda or '13').split('.')[0]} nvidia-nvjpeg"
         )
-    import io
-
-    from PIL import Image
-
-    buffer = io.BytesIO()
-    Image.new("RGB", (64, 48), (200, 30, 10)).save(buffer, "JPEG")
-    data = torch.frombuffer(bytearray(buffer.getvalue()), dtype=torch.uint8)
+    data = probe_jpeg(64, 48)
     try:
         decoder = HardwareJpegDecoder(torch.device("cuda"), 1)
         decoded = decode_in_stages(decoder.decoders, [data.numpy()], 0)

@@ -253,6 +253,15 @@ def queue_depth(workers: int) -> int:
     return torch_loader.queue_depth(workers) + AHEAD + 1
 
 
+def probe_jpeg(width: int, height: int) -> torch.Tensor:
+    """A small red JPEG's bytes: what the decode probes ask a GPU decoder to read."""
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.new("RGB", (width, height), (200, 30, 10)).save(buffer, "JPEG")
+    return torch.frombuffer(bytearray(buffer.getvalue()), dtype=torch.uint8)
+
+
 def gpu_decode_problem() -> str:
     """Why torchvision cannot decode a JPEG on the GPU here, or "" (run in a child process by
     bench.loader_support before launch: it initialises CUDA)."""
@@ -265,11 +274,7 @@ def gpu_decode_problem() -> str:
             f"torchvision {torchvision_version()}'s compiled ops do not load beside torch "
             f"{torch.__version__} (install the torchvision build made for this torch)"
         )
-    from PIL import Image
-
-    buffer = io.BytesIO()
-    Image.new("RGB", (16, 16), (200, 30, 10)).save(buffer, "JPEG")
-    data = torch.frombuffer(bytearray(buffer.getvalue()), dtype=torch.uint8)
+    data = probe_jpeg(16, 16)
     decoder = JpegDecoder(torch.device("cuda"))
     try:
         decoded = decoder._decode_jpeg([data], mode=decoder._rgb, device="cuda")
