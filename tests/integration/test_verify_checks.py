@@ -78,6 +78,14 @@ EXPECTED = {
 
 
 def run_verify(tmp: Path, faults: set[str], *args: str) -> tuple[subprocess.CompletedProcess, dict]:
+    proc = verify_process(tmp, faults, *args)
+    report = tmp / "report" / "gpuhost.json"
+    assert report.exists(), proc.stdout[-4000:] + proc.stderr[-2000:]
+    checks = json.loads(report.read_text())["checks"]
+    return proc, {check["check"]: check for check in checks}
+
+
+def verify_process(tmp: Path, faults: set[str], *args: str) -> subprocess.CompletedProcess:
     if not PLAYBOOK.exists():
         unavailable("ansible-playbook is not installed beside this Python")
     inventory = tmp / "hosts.yml"
@@ -95,7 +103,7 @@ def run_verify(tmp: Path, faults: set[str], *args: str) -> tuple[subprocess.Comp
     # No faults in the environment: the root's tool wrappers carry them, as for a host of its own.
     env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")}
     env.pop(standin.FAULTS_ENV, None)
-    proc = subprocess.run(
+    return subprocess.run(
         [
             str(PLAYBOOK),
             *("-i", str(inventory), "-e", f"@{tmp / 'extra.json'}", *args),
@@ -108,10 +116,19 @@ def run_verify(tmp: Path, faults: set[str], *args: str) -> tuple[subprocess.Comp
         timeout=600,
         check=False,
     )
-    report = tmp / "report" / "gpuhost.json"
-    assert report.exists(), proc.stdout[-4000:] + proc.stderr[-2000:]
-    checks = json.loads(report.read_text())["checks"]
-    return proc, {check["check"]: check for check in checks}
+
+
+def test_a_bad_floors_table_is_refused_before_any_check_runs(tmp_path):
+    table = [{"model": "H200", "tokens": ["H200"], "floors": {"h2d_gbs": {"value": "abc"}}}]
+    proc = verify_process(
+        tmp_path, set(), "-e", json.dumps({"verify_hardware_floors": table}), "--tags", "hardware"
+    )
+    said = " ".join(proc.stdout.split())
+    assert proc.returncode != 0
+    assert "Check the hardware floors table (verify_hardware_floors)" in said
+    assert "verify_hardware_floors" in said and "value" in said, said[-3000:]
+    assert "missing required arguments: kind, source" in said, said[-3000:]
+    assert not (tmp_path / "report" / "gpuhost.json").exists()  # no check ran
 
 
 @pytest.fixture(scope="module")

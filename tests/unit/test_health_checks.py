@@ -466,6 +466,14 @@ def measured(report: dict, rc: int = 0) -> dict:
     return {"rc": rc, "stdout": json.dumps(report), "stderr": ""}
 
 
+def test_the_floors_tables_figures_are_the_ones_the_check_reads():
+    spec = yaml.safe_load((ROOT / "playbooks/vars/hardware_floors.yml").read_text())
+    options = spec["verify_hardware_floors_spec"]["verify_hardware_floors"]["options"]
+    assert set(options["floors"]["options"]) == set(health.HARDWARE_FIGURES)
+    for entry in FLOORS:
+        assert set(entry["floors"]) <= set(health.HARDWARE_FIGURES), entry["model"]
+
+
 def test_hardware_floors_the_real_h200_reading_passes_each_figure_against_its_floor():
     row = health.hardware_floors(measured(H200), FLOORS)
     assert row["passed"] and row["message"] == ""
