@@ -9,7 +9,7 @@ these defaults (amp-bf16, channels_last, compile, batch 256) gave 5,577 img/s un
 under Horovod on one GPU, against 5,634 for a plain loop with the same knobs
 (docs/results/2026-11-26-h100); the same without compile (eager) 3,854-3,872, where the profile
 shows batch norm's kernels taking 43 % of the GPU's time, which Inductor fuses
-(docs/results/2026-11-25-h100). An older tree on the same GPU (issue 10) gave 2,109 img/s for
+(docs/results/2026-11-25-h100). An older tree on the same GPU gave 2,109 img/s for
 amp-bf16 NCHW at batch 128 and 3,146-3,623 with channels_last. Tensor cores want NHWC activations
 (cuDNN's NCHW path transposes around every convolution), so channels_last goes with any GPU that
 has them (compute capability 7.0, Volta, and newer). bf16 needs Ampere (8.0); before it, fp16

@@ -5,12 +5,21 @@ Lambda's deeplearning-benchmark CSVs (NVIDIA's DeepLearningExamples code in NGC 
 synthetic data), the tables of NVIDIA's DeepLearningExamples PyTorch ResNet-50 v1.5 README, and
 PyTorch's DDP benchmark. Lambda labels its non-AMP column "FP32"; NGC's PyTorch runs those
 convolutions on TF32 tensor cores on Ampere and newer, so they are recorded as tf32 there.
-MLPerf Training's ResNet-50 (last round v3.1, 2023; the benchmark was retired before v4.0)
-publishes minutes to train, not img/s: its per-GPU rate is an estimate derived from NVIDIA's
-DGX H100 submission logs, kept as the realistic ceiling and marked as such. Not found in a
-source that could be read here, so not listed: Lambda's 1-GPU H200 and B200 ResNet-50 rows
-(results_v2 holds 8-GPU H200 logs only), and any ResNet-50 MLPerf Training result for H200 or
-B200 (none exists: both arrived after ResNet-50 left the suite).
+MLPerf Training's ResNet-50 last ran in v4.0 (2024): mlcommons/training_policies
+training_rules.adoc, "Appendix: Deprecated benchmarks", gives v4.0 as its latest version (commit
+d73e20f1, read 2026-11-27). MLPerf publishes minutes to train, not img/s: the per-GPU rates below
+are estimates from NVIDIA's single-node submission logs, kept as the realistic ceiling and marked
+as such: the median `tracked_stats` throughput of epochs 2 on, five runs, divided by 8 GPUs (read
+2026-11-27, this reading of v3.1's DGX H100 logs, training_results_v3.1 commit d06288b2
+NVIDIA/results/eos_ngc23.09_mxnet/resnet, gives 56,438 / 8 = 7,055, the "about 7,000" below).
+v4.0 has an 8x H200-SXM-141GB submission, mlcommons/training_results_v4.0 commit 6fe95437
+NVIDIA/results/h200_ngc24.04_mxnet/resnet: 63,601 / 8 = 7,950 per GPU (read 2026-11-27). v4.0
+has no B200 submission (no B200 path in that commit), so MLPerf has no B200 ResNet-50 result.
+Lambda's results_v2 has 1-GPU ResNet-50 rows for H200 (bare metal, NGC 24.03, run 2024-08-02)
+and B200 (a test host, NGC 25.06, added 2025-12-10) in pytorch-train-throughput-v2-fp16/-fp32.csv
+(lambdal/deeplearning-benchmark commit aa5addb6, read 2026-11-27); batch sizes from each run's
+benchmark.para. B200's AMP figure is barely above its "FP32" one (3,076 against 2,967) and level
+with H200's 3,079, so read it as that host's result, not the chip's.
 
 Peaks are NVIDIA's datasheet dense (no sparsity) numbers. Published figures differ from our
 runs in batch size, software and data pipeline, so the report shows them as context, not as
@@ -39,6 +48,10 @@ DLE = (
 )  # pytorch-21.03 NGC container
 DDP_BENCH = "https://github.com/pytorch/pytorch/tree/main/benchmarks/distributed/ddp"
 MLPERF = "https://github.com/mlcommons/training_results_v3.1 (NVIDIA DGX H100, resnet)"
+MLPERF_V40_H200 = (
+    "https://github.com/mlcommons/training_results_v4.0/tree/main/NVIDIA/results/"
+    "h200_ngc24.04_mxnet/resnet"
+)  # result_0..4.txt; system: NVIDIA/systems/h200_ngc24.04_mxnet.json (8x H200-SXM5-141GB)
 
 
 @dataclass(frozen=True)
@@ -114,6 +127,14 @@ PUBLISHED: tuple[Published, ...] = (
     _lambda("H100 SXM", "tf32", None, 8, 14969, LAMBDA_V2_TF32, "SXM5, results_v2 ('FP32')"),
     _lambda("H100 PCIe", "amp", None, 1, 1976, LAMBDA_V2_AMP, "results_v2"),
     _lambda("H100 PCIe", "tf32", None, 1, 1248, LAMBDA_V2_TF32, "results_v2 ('FP32')"),
+    # Lambda results_v2, read 2026-11-27 at lambdal/deeplearning-benchmark commit aa5addb6: rows
+    # LambdaBM_ENG04_1xH200_140GB_SXM_h200_v2 and LambdaOD_test_1xB200_192GB_129-213-83-251_v2;
+    # batch per GPU from results_v2/<row>/PyTorch_resnet50_{AMP,FP32}/benchmark.para (GLOBAL_BATCH,
+    # GPU 1; B200's also in pytorch/csv_v1_v2/pytorch-train-bs-fp16/fp32.csv)
+    _lambda("H200 SXM", "amp", 2560, 1, 3079, LAMBDA_V2_AMP, "141GB, bare metal, NGC 24.03, v2"),
+    _lambda("H200 SXM", "tf32", 1280, 1, 2259, LAMBDA_V2_TF32, "141GB, NGC 24.03, v2 ('FP32')"),
+    _lambda("B200", "amp", 3328, 1, 3076, LAMBDA_V2_AMP, "192GB test host, NGC 25.06, v2"),
+    _lambda("B200", "tf32", 1664, 1, 2967, LAMBDA_V2_TF32, "192GB test, NGC 25.06, v2 ('FP32')"),
     # Lambda 2023 (NGC 22.10); batch per GPU from pytorch-train-bs-fp16/fp32.csv
     _lambda("A100", "amp", 1280, 1, 1582, LAMBDA_V1_AMP, "80GB SXM4, NGC 22.10"),
     _lambda("A100", "amp", 1280, 8, 11439, LAMBDA_V1_AMP, "80GB SXM4, NGC 22.10"),
@@ -145,6 +166,20 @@ PUBLISHED: tuple[Published, ...] = (
         ceiling=True,
         layout="nhwc",
         url=MLPERF,
+    ),
+    # v4.0, 2024-04 runs: 5 x 35 epochs, global batch 3200 (d_batch_size 400); the median
+    # tracked_stats throughput of epochs 2-35 is 63,601 img/s for 8 GPUs (read 2026-11-27)
+    Published(
+        "MLPerf Training v4.0 (estimate)",
+        "H200 SXM",
+        "amp",
+        400,
+        8,
+        7950.0,
+        "MXNet + DALI, NGC 24.04; per-GPU rate derived from submission logs, about",
+        ceiling=True,
+        layout="nhwc",
+        url=MLPERF_V40_H200,
     ),
 )
 

@@ -1,4 +1,4 @@
-"""The verdicts of playbooks/acceptance.yml (issue 24): one per node and one for the fleet.
+"""The verdicts of playbooks/acceptance.yml: one per node and one for the fleet.
 
 Inputs are what the two earlier steps left on the controller:
 - verify.yml's summary per host (<report dir>/verify/<host>.json: host, passed, checks, each check

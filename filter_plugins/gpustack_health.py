@@ -1,4 +1,4 @@
-"""Hardware health checks of playbooks/verify.yml (issue 24): tool output in, one check row out.
+"""Hardware health checks of playbooks/verify.yml: tool output in, one check row out.
 
 Each filter takes what a task registered (a dict with rc, stdout, stderr, msg) and the check's
 threshold, and returns the row verify.yml appends to verify_checks:

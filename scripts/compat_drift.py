@@ -80,7 +80,7 @@ NVIDIA_BASE = "https://developer.download.nvidia.com/compute/cuda/repos"
 TORCH_INDEX_BASE = "https://download.pytorch.org/whl"
 # PyPI's JSON API: <base>/<project>/json (docs.pypi.org/api/json/).
 PYPI = "https://pypi.org/pypi"
-# Newest Python whose torch wheels the report asks for (the brief of issue 19: min .. 3.13).
+# Newest Python whose torch wheels the report asks for (from compat.yml's oldest Python to this).
 NEWEST_PYTHON = "3.13"
 # The project's CUDA floor: older branches and releases in NVIDIA's index are not reported.
 CUDA_FLOOR = (12, 0)

@@ -1,4 +1,4 @@
-"""Keep every GPU busy for a few seconds and run commands while they are busy (issue 24).
+"""Keep every GPU busy for a few seconds and run commands while they are busy.
 
     python verify_gpu_load.py SECONDS -- COMMAND [ARG...] [-- COMMAND [ARG...]]...
 

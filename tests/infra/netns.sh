@@ -12,7 +12,7 @@
 # Each host has its own network stack, hostname (UTS namespace) and /root/.ssh (a bind mount of
 # a per-host directory inside that host's mount namespace), so "ssh between nodes", "authorize a
 # key on all nodes" and "ssh-keyscan" behave as on separate servers. Everything else, including
-# /work/main/.venv, is this machine's filesystem: the hosts look like a cluster with a shared
+# the repository's .venv, is this machine's filesystem: the hosts look like a cluster with a shared
 # filesystem. Traffic stays on the private subnet below; the hosts get no default route.
 #
 # Settings (environment):

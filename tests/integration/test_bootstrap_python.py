@@ -1,4 +1,4 @@
-"""scripts/bootstrap.sh where the only Python is older than requires-python (issue 19, item 4).
+"""scripts/bootstrap.sh where the only Python is older than requires-python.
 
 Runs the quick start's first command in the Ubuntu 20.04 stand-in (tests/infra/images.sh) after
 making Ubuntu 20.04's interpreter, CPython 3.8, its only `python3` (the image's Debian python3.11

@@ -1,4 +1,4 @@
-"""Issue 14's questions as users ask them, on CPU: "DDP vs DataParallel" and "where does a
+"""Two questions as users ask them, on CPU: "DDP vs DataParallel" and "where does a
 step's time go" (activation checkpointing with --profile), each one real sweep."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A killed controller and a damaged sweep directory (issue 25), with real CPU sweeps.
+"""A killed controller and a damaged sweep directory, with real CPU sweeps.
 
 kill -9 of `python -m bench.scaling` leaves no process of its launches alive after 2 s (the
 launcher and every rank die with it: bench.rank.lifeline); `--resume` then takes over the dead

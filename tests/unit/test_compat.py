@@ -307,7 +307,7 @@ def test_the_tests_tensorflow_is_the_release_compat_yml_installs():
     assert pins == [COMPAT["tensorflow"]["version"]]
 
 
-# ---- Where the table lives (issue 23) ------------------------------------------------------------
+# ---- Where the table lives -----------------------------------------------------------------------
 ROLES = ROOT / "roles"
 # role_path followed by a way up: "/..", "| dirname", or dirname(role_path) in an expression.
 ROLE_PATH_UP = re.compile(r"role_path\b[^\n]*?(\.\.|\|\s*dirname\b)|dirname\(\s*role_path\b")

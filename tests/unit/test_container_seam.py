@@ -1,5 +1,5 @@
 """A container is a wrapper around any site (bench.launchers.docker), not a concept every stage
-knows: at most 5 bench files mention it outside comments and docstrings (issue 21)."""
+knows: at most 5 bench files mention it outside comments and docstrings."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Bench input (issue 25): --out, paths, ports, counts, conflicting flags and Slurm's tools are
+"""Bench input: --out, paths, ports, counts, conflicting flags and Slurm's tools are
 checked before anything is created or launched; a --resume that cannot go on is refused before
 torch is imported."""
 

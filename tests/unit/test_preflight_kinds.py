@@ -1,10 +1,10 @@
 """The kind checks as the playbooks run them: real ansible-playbook preflights against this machine.
 
 site.yml --tags preflight, playbooks/upgrade-driver.yml and playbooks/verify.yml run against local
-aliases of this host (connection local), each alias with one bad value from issue 25 and issue 19
-item 5. Each must stop at the preflight with a message that leads with the variable and shows the
-value; an alias with no bad value passes site.yml's preflight, so the roles' own defaults (templated
-where they render) pass their kinds too. Nothing here changes the machine: a preflight only reads,
+aliases of this host (connection local), each alias with one bad value users reported. Each must
+stop at the preflight with a message that leads with the variable and shows the value; an alias
+with no bad value passes site.yml's preflight, so the roles' own defaults (templated where they
+render) pass their kinds too. Nothing here changes the machine: a preflight only reads,
 and upgrade-driver.yml and verify.yml are only run with values they refuse before any change.
 """
 

@@ -101,6 +101,45 @@ def test_nearest_published_prefers_harness_figures_at_a_close_gpu_count() -> Non
     assert reference.nearest_published([], 1) is None
 
 
+def test_h200_and_b200_have_lambdas_one_gpu_figures_and_h200_mlperfs_ceiling() -> None:
+    # Lambda results_v2 (lambdal/deeplearning-benchmark aa5addb6, pytorch-train-throughput-v2-*.csv)
+    # and MLPerf Training v4.0 (training_results_v4.0 NVIDIA/results/h200_ngc24.04_mxnet), read
+    # 2026-11-27
+    h200 = reference.identify_gpu("NVIDIA H200")
+    b200 = reference.identify_gpu("NVIDIA B200")
+    assert h200 is not None and b200 is not None
+    amp = reference.published_for(h200, "amp-bf16")
+    peer = reference.nearest_published(amp, 1)
+    assert peer is not None
+    assert (peer.source, peer.gpus, peer.images_per_s_per_gpu) == (
+        "Lambda deeplearning-benchmark",
+        1,
+        3079.0,
+    )
+    assert peer.batch_per_gpu == 2560 and peer.url == reference.LAMBDA_V2_AMP
+    assert reference.nearest_published(amp, 8) == peer  # Lambda's 8-GPU H200 rows: not listed
+    [ceiling] = [p for p in amp if p.ceiling]
+    assert (ceiling.source, ceiling.gpus, ceiling.images_per_s_per_gpu) == (
+        "MLPerf Training v4.0 (estimate)",
+        8,
+        7950.0,
+    )
+    assert ceiling.batch_per_gpu == 400 and "h200_ngc24.04_mxnet" in ceiling.url
+    assert reference.mfu(ceiling.images_per_s_per_gpu, h200, "amp") == pytest.approx(
+        7950 * 24.6e9 / 989.4e12
+    )
+    tf32 = reference.published_for(h200, "tf32")
+    assert [(p.images_per_s_per_gpu, p.batch_per_gpu) for p in tf32] == [(2259.0, 1280)]
+    by_precision = {p.precision: p for p in reference.published_on(b200)}
+    assert {
+        k: (p.gpus, p.images_per_s_per_gpu, p.batch_per_gpu) for k, p in by_precision.items()
+    } == {
+        "amp": (1, 3076.0, 3328),
+        "tf32": (1, 2967.0, 1664),
+    }
+    assert not any(p.ceiling for p in by_precision.values())  # no MLPerf B200 ResNet-50 result
+
+
 def test_decode_throttle_reasons() -> None:
     assert telemetry.decode_throttle_reasons(0) == []
     assert telemetry.decode_throttle_reasons(0x4 | 0x40) == ["sw_power_cap", "hw_thermal_slowdown"]

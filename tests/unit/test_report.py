@@ -264,7 +264,7 @@ def test_flag_noise_above_the_stated_threshold() -> None:
 
 
 def test_flag_img_per_s_that_contradicts_the_median_step() -> None:
-    # the case: 39.2 img/s beside a 515 ms median step at batch 8 (15.5 img/s)
+    # the reported case: 39.2 img/s beside a 515 ms median step at batch 8 (15.5 img/s)
     rows = [run_row(throughput=t, step_time_median_s=0.515) for t in (39.0, 39.4)]
     assert "disagree by more than 25.0 %" in flag_text(rows)
     assert "disagree" not in flag_text([run_row(throughput=64.0, step_time_median_s=0.125)])
@@ -320,7 +320,7 @@ def test_signed_terms() -> None:
 
 
 def test_efficiency_axis_keeps_its_scale_and_marks_what_it_cuts(tmp_path: Path) -> None:
-    # the case: one efficiency interval of 27 % to 640 % stretched the axis to 6.5
+    # the reported case: one efficiency interval of 27 % to 640 % stretched the axis to 6.5
     wide = dataclasses.replace(
         report.summarise(DDP_ROWS, [])[1], efficiency_ci=stats.Interval(0.27, 6.4)
     )

@@ -1,4 +1,4 @@
-"""The results store (issue 25): sweep.json is the source of truth, the views are rebuilt from
+"""The results store: sweep.json is the source of truth, the views are rebuilt from
 it, a damaged or missing file is named and rebuilt from what survives, a finished row is never
 replaced by accident, and the controller's lock."""
 

@@ -1,4 +1,4 @@
-"""--resume (issue 25): the lock is taken and what an earlier controller of the sweep left
+"""--resume: the lock is taken and what an earlier controller of the sweep left
 running, on its --hosts nodes and on this machine, is stopped before anything else happens."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The command line (issue 12): help text, errors that lead with the problem, validation before
+"""The command line: help text, errors that lead with the problem, validation before
 any heavy import, and the documented exit codes."""
 
 from __future__ import annotations

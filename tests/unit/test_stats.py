@@ -134,7 +134,7 @@ def test_epoch_model_through_the_seed_claim() -> None:
 
 
 def test_epoch_model_names_negative_terms() -> None:
-    # the fit: T(N) = 44,399.9 - 11,706.1/N through T(1) and T(2)
+    # the reported fit: T(N) = 44,399.9 - 11,706.1/N through T(1) and T(2)
     fit = stats.fit_epoch_model([1, 2], [32_693.8, 38_546.85])
     assert (fit.fixed_s, fit.scalable_s) == pytest.approx((44_399.9, -11_706.1))
     assert fit.negative_terms == ["b (scalable)"]

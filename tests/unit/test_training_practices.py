@@ -1,4 +1,4 @@
-"""Issue 14's training-side knobs, without launching: activation checkpointing on the model's
+"""The training-side knobs, without launching: activation checkpointing on the model's
 stages, the DataParallel engine and launch, the profiler's trace and summary, and how the
 planner, the rows and the report treat them."""
 

@@ -108,8 +108,7 @@ GOOD = {
     "cupy_package": ["cupy-cuda12x", "cupy-cuda13x"],
 }
 
-# The issues' examples (issue 25 "Role variables accepted although they fail later"; issue 19,
-# item 5).
+# The examples users reported: role variables accepted although they fail later.
 ISSUE_EXAMPLES = [
     ("horovod_build_jobs", 0, {}),
     ("horovod_build_jobs", -1, {}),

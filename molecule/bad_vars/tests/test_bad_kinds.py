@@ -1,5 +1,5 @@
-"""Issue 25's bad values by kind, refused before any change by site.yml, upgrade-driver.yml and
-verify.yml.
+"""Bad values by kind (a version, a count, a path, an https URL, ...), refused before any change
+by site.yml, upgrade-driver.yml and verify.yml.
 
 The same aliasing as test_bad_vars.py (one inventory alias of the Debian 12 container per case, one
 ansible-playbook run): each alias must fail with a message that leads with the variable and shows

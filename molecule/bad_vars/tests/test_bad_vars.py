@@ -217,7 +217,7 @@ CASES: dict[str, tuple[dict, str, str]] = {
         "python_env_provider",
         "pip",
     ),
-    # TensorFlow (issue 22): a Python outside the range compat.yml names for its release (the
+    # TensorFlow: a Python outside the range compat.yml names for its release (the
     # conda provider's Python; torch 2.15 accepts 3.14), a package with a version, Horovod for it.
     "TensorFlow with a Python it has no wheel for": (
         {"python_env_install_tensorflow": True, "python_env_python_version": "3.14"},

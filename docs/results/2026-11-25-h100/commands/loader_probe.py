@@ -1,5 +1,5 @@
 """Where the nvjpeg loader's time goes on the GPU machine: decode, augment, both; and the CPU
-decoders per core. Prints img/s for each (diagnosis for issue 20, not a bench figure)."""
+decoders per core. Prints img/s for each (a diagnosis, not a bench figure)."""
 
 import random
 import sys

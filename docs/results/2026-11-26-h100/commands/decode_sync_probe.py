@@ -2,7 +2,7 @@
 stream? Host time of one call with the GPU idle, and with ~300 ms of matrix products queued on
 the default stream first. Decoders: torchvision's batched decode_jpeg (the nvjpeg loader's) and
 nvImageCodec's hardware (HW_GPU_ONLY) and CUDA (GPU_ONLY) backends, where that wheel is
-present. Also each decoder's throughput on 2,560 files alone. (Diagnosis for issue 20, not a
+present. Also each decoder's throughput on 2,560 files alone. (A diagnosis, not a
 bench figure.)"""
 
 import sys

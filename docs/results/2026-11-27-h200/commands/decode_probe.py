@@ -11,15 +11,14 @@ import time
 from contextlib import nullcontext
 from pathlib import Path
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, ".")
-from bench.rank.loaders import MEAN, STD  # noqa: E402
-from bench.rank.loaders.augment import augment_batch, random_resized_crop_params  # noqa: E402
-from bench.rank.loaders.nvimgcodec import HardwareJpegDecoder  # noqa: E402
-from bench.rank.loaders.nvjpeg import JpegDecoder  # noqa: E402
+from bench.rank.loaders import MEAN, STD
+from bench.rank.loaders.augment import augment_batch, random_resized_crop_params
+from bench.rank.loaders.nvimgcodec import HardwareJpegDecoder
+from bench.rank.loaders.nvjpeg import JpegDecoder
 
 BATCH = int(sys.argv[3]) if len(sys.argv) > 3 else 256
 dev = torch.device(sys.argv[2] if len(sys.argv) > 2 else "cuda:0")  # cpu: a dry run of this script
@@ -60,23 +59,35 @@ def rate(name, fn):
             fn(b)
         sync()
     took = time.perf_counter() - t
-    print(f"{name}: {len(raw) / took:,.0f} img/s alone ({took / len(batches) * 1e3:.1f} ms a batch)")
+    print(
+        f"{name}: {len(raw) / took:,.0f} img/s alone ({took / len(batches) * 1e3:.1f} ms a batch)"
+    )
 
 
 rng = random.Random(0)
 tv = JpegDecoder(dev)
 cl = torch.channels_last
 rate("torchvision decode_jpeg", tv)
-rate("torchvision decode_jpeg + augment per image", lambda b: augment_per_image(tv(b), 224, rng, cl))
+rate(
+    "torchvision decode_jpeg + augment per image", lambda b: augment_per_image(tv(b), 224, rng, cl)
+)
 rate("torchvision decode_jpeg + batched augment", lambda b: augment_batch(tv(b), 224, rng, cl))
-for backends in (("HW_GPU_ONLY",), ("HYBRID_CPU_GPU",), ("HW_GPU_ONLY", "HYBRID_CPU_GPU", "CPU_ONLY"), ("GPU_ONLY",)):
+for backends in (
+    ("HW_GPU_ONLY",),
+    ("HYBRID_CPU_GPU",),
+    ("HW_GPU_ONLY", "HYBRID_CPU_GPU", "CPU_ONLY"),
+    ("GPU_ONLY",),
+):
     try:
-        codec = HardwareJpegDecoder(dev, 8, backends)
+        codec = HardwareJpegDecoder(dev, 8, (backends,))  # one decoder allowed these backends
     except Exception as exc:
         print(f"nvimgcodec {'+'.join(backends)}: no decoder: {exc!r}"[:400])
         continue
     rate(f"nvimgcodec {'+'.join(backends)}", codec)
-    rate(f"nvimgcodec {'+'.join(backends)} + batched augment", lambda b, c=codec: augment_batch(c(b), 224, rng, cl))
+    rate(
+        f"nvimgcodec {'+'.join(backends)} + batched augment",
+        lambda b, c=codec: augment_batch(c(b), 224, rng, cl),
+    )
 
 # The augment's GPU time for one batch, on decoded images (CUDA events), image by image and batched
 decoded = tv(batches[0])
@@ -112,7 +123,9 @@ try:
         regions.append(s.get_sub_code_stream(region=n.Region(top, left, top + h, left + w)))
     out = hw.decode(regions)
     ok = [o for o in out if o is not None]
-    print(f"hardware ROI decode: {len(ok)} of {len(out)} decoded, first {ok[0].shape if ok else None}")
+    print(
+        f"hardware ROI decode: {len(ok)} of {len(out)} decoded, first {ok[0].shape if ok else None}"
+    )
     sync()
     t = time.perf_counter()
     for _ in range(5):
