@@ -6,6 +6,7 @@
 #     servers (same release, URL and sha256, checked before the installer runs)
 #   - .venv from that Python with the bench, PyTorch (pinned by constraints.txt) and the
 #     provisioning/test toolchain
+#   - the Ansible collections of requirements.yml in .cache/collections (scripts/collections.sh)
 #   - Horovod built into .venv by the project's own horovod role (playbooks/dev-env.yml), the same
 #     recipe servers get; NCCL when this machine has NVIDIA GPUs, Gloo otherwise.
 # Re-running is cheap: each step is skipped when its inputs have not changed.
@@ -217,7 +218,12 @@ if [ "$(cat $stamp 2>/dev/null)" != "$want" ]; then
   echo "$want" >$stamp
 fi
 
-# 4. Horovod, built by the horovod role into this venv (skipped when already built for this torch).
+# 4. The Ansible collections the roles use (requirements.yml), where ansible.cfg looks for them, so
+#    the README's ansible-playbook commands work from here on.
+log "ensuring the Ansible collections are in .cache/collections (scripts/collections.sh)"
+PYTHON=$venv/bin/python scripts/collections.sh
+
+# 5. Horovod, built by the horovod role into this venv (skipped when already built for this torch).
 if [ "${GPUSTACK_SKIP_HOROVOD:-0}" != 1 ]; then
   log "ensuring Horovod is built into $venv (playbooks/dev-env.yml)"
   ANSIBLE_CONFIG=ansible.cfg $venv/bin/ansible-playbook -i inventory/local/hosts.yml \

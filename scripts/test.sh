@@ -4,7 +4,7 @@
 #   2. lint       yamllint, role READMEs' variables tables (scripts/role_docs.py --check),
 #                 ansible-lint (production profile), ruff check + ruff format --check
 #   3. infra      dockerd (started only if not running, stopped again if we started it), base images
-#                 (debootstrap, cached), collections (from PyPI's `ansible`), the local wheelhouse,
+#                 (debootstrap, cached), collections (scripts/collections.sh, as setup), the local wheelhouse,
 #                 the signed stand-in of NVIDIA's apt repo (fresh throwaway key) served on docker0
 #   4. pytest     the bench's unit and integration tests (real torchrun/horovodrun, netns hosts, Slurm)
 #   5. molecule   every scenario under molecule/: create, converge, idempotence, verify, destroy
@@ -166,7 +166,7 @@ if wants lint; then
   step role-docs python scripts/role_docs.py --check
   # ansible-lint resolves the modules the roles and scenarios use, so the collections come first
   # (offline: it must never try Galaxy, see .ansible-lint).
-  step ansible-lint bash -c 'tests/infra/collections.sh && ansible-lint'
+  step ansible-lint bash -c 'scripts/collections.sh && ansible-lint'
   step ruff ruff check .
   step ruff-format ruff format --check .
 fi
@@ -174,7 +174,7 @@ fi
 if [ "$needs_infra" = 1 ]; then
   await_job images || { print_summary; exit 1; }
   await_job wheelhouse || { print_summary; exit 1; }
-  step infra bash -c 'tests/infra/collections.sh && python tests/infra/standin_repo.py --manifest tests/standin/packages.yml --work .work --new-key &&
+  step infra bash -c 'scripts/collections.sh && python tests/infra/standin_repo.py --manifest tests/standin/packages.yml --work .work --new-key &&
     tests/infra/serve.sh start' || { print_summary; exit 1; }
   STANDIN_URL=$(tests/infra/serve.sh url)
   export STANDIN_URL

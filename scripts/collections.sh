@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Put the collections molecule's docker driver and the roles need into .cache/collections,
-# taken from the `ansible` package on PyPI (Galaxy is not reachable everywhere). The wheel is
-# cached in $GPUSTACK_CACHE; ansible 12.x is the release line that ships with ansible-core 2.19.
+# Put the Ansible collections of requirements.yml (the roles' filters, molecule's docker driver)
+# into .cache/collections, the path ansible.cfg reads: from Galaxy where it answers, otherwise
+# from the `ansible` package on PyPI (Galaxy is not reachable everywhere), checksum-verified.
+# requirements.yml pins the versions that ansible 12.2.0's wheel carries, so both sources give the
+# same collections. scripts/bootstrap.sh and scripts/test.sh both run it. The wheel is cached in
+# $GPUSTACK_CACHE; ansible 12.x is the release line that ships with ansible-core 2.19.
 set -euo pipefail
-here=$(cd "$(dirname "$0")/../.." && pwd)
+here=$(cd "$(dirname "$0")/.." && pwd)
 cache=${GPUSTACK_CACHE:-$HOME/.cache/gpustack}
 dest=$here/.cache/collections
 ansible_version=12.2.0
@@ -12,10 +15,23 @@ ansible_version=12.2.0
 ansible_sha256=daafa5c528317f60f68033ad70c59733f4a7548b6255759183cfc7cf422c7fda
 wanted=(community/docker ansible/posix community/general)
 python=${PYTHON:-$here/.venv/bin/python}
+case $python in */*) python=$(cd "$(dirname "$python")" && pwd)/$(basename "$python") ;; esac
 
-have_all=1
-for c in "${wanted[@]}"; do [ -f "$dest/ansible_collections/$c/MANIFEST.json" ] || have_all=0; done
-if [ "$have_all" = 1 ]; then echo "collections: present in $dest"; exit 0; fi
+have_all() {
+  for c in "${wanted[@]}"; do [ -f "$dest/ansible_collections/$c/MANIFEST.json" ] || return 1; done
+}
+if have_all; then echo "collections: present in $dest"; exit 0; fi
+
+mkdir -p "$dest"
+galaxy=$(dirname "$python")/ansible-galaxy
+said=$(mktemp)
+if [ -x "$galaxy" ] &&
+  timeout 300 "$galaxy" collection install -r "$here/requirements.yml" -p "$dest" >"$said" 2>&1 &&
+  have_all; then
+  rm -f "$said"; echo "collections: installed from Galaxy into $dest"; exit 0
+fi
+echo "collections: Galaxy did not answer ($(grep -v '^[[:space:]]*$' "$said" 2>/dev/null | tail -n1 || true)); taking them from PyPI's ansible $ansible_version"
+rm -f "$said"
 
 mkdir -p "$cache/wheels-ansible" "$dest"
 wheel=$(ls "$cache"/wheels-ansible/ansible-"$ansible_version"-*.whl 2>/dev/null | head -n1 || true)
