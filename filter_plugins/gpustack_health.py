@@ -513,6 +513,10 @@ HARDWARE_FIGURES = {
 }
 
 
+# ... and the one figure per ordered pair of GPUs, judged by the source GPU's model.
+PAIR_FIGURE = "p2p_gbs"
+
+
 def _words(name: str) -> set[str]:
     return set(re.findall(r"[A-Z0-9]+", name.upper()))
 
@@ -584,8 +588,32 @@ def hardware_floors(result: Mapping, floors: Iterable[Mapping]) -> dict:
                 "figures": judged,
             }
         )
+    pairs = []
+    models = {figure["index"]: figure for figure in figures}
+    for pair in report.get("p2p_gbs", []):
+        source = models.get(pair.get("src"), {})
+        entry = hardware_floor_entry(str(source.get("name", "")), floors) if source else None
+        floor = (entry or {}).get("floors", {}).get(PAIR_FIGURE)
+        median = float(pair["median"])
+        pairs.append(
+            {
+                "src": pair.get("src"),
+                "dst": pair.get("dst"),
+                "path": pair.get("path"),
+                "median": median,
+                "best": float(pair["best"]),
+                "floor": None if floor is None else float(floor["value"]),
+                "source": None if floor is None else floor.get("source"),
+            }
+        )
+        if floor is not None and median < float(floor["value"]):
+            below.append(
+                f"GPU {pair.get('src')} -> GPU {pair.get('dst')} copy ({pair.get('path')}) "
+                f"{median:,.1f} GB/s < floor {float(floor['value']):,.1f} ({floor.get('source')})"
+            )
     summary = {
         "rule": "the median of the repeats >= the floor",
+        "pairs": pairs,
         "repeats": report.get("settings", {}).get("repeats"),
         "gpus": figures,
         "not_judged": unjudged,

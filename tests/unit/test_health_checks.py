@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -469,9 +471,10 @@ def measured(report: dict, rc: int = 0) -> dict:
 def test_the_floors_tables_figures_are_the_ones_the_check_reads():
     spec = yaml.safe_load((ROOT / "playbooks/vars/hardware_floors.yml").read_text())
     options = spec["verify_hardware_floors_spec"]["verify_hardware_floors"]["options"]
-    assert set(options["floors"]["options"]) == set(health.HARDWARE_FIGURES)
+    figures = {*health.HARDWARE_FIGURES, health.PAIR_FIGURE}
+    assert set(options["floors"]["options"]) == figures
     for entry in FLOORS:
-        assert set(entry["floors"]) <= set(health.HARDWARE_FIGURES), entry["model"]
+        assert set(entry["floors"]) <= figures, entry["model"]
 
 
 def test_hardware_floors_the_real_h200_reading_passes_each_figure_against_its_floor():
@@ -534,3 +537,31 @@ def test_hardware_floors_fails_when_the_script_did_not_measure():
 def test_hardware_floor_entries_match_the_most_specific_model(name, model):
     entry = health.hardware_floor_entry(name, FLOORS)
     assert (entry or {}).get("model") == model
+
+
+def test_hardware_floors_judge_each_gpu_pair_by_its_source_gpus_floor():
+    # The script's real output on CPU, two CPU devices standing in for a GPU pair; the table is
+    # this test's own, for that "model" (the machine's architecture, as the script names it).
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "playbooks/files/verify_hardware.py"),
+            *("--device", "cpu", "--cpu-devices", "2", "--repeats", "2", "--tests", "p2p"),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    report = json.loads(done.stdout)
+    name = report["gpus"][0]["name"]
+    pair = report["p2p_gbs"][0]
+    tokens = sorted(health._words(name))
+    low = {"model": "cpu", "tokens": tokens, "floors": {"p2p_gbs": {"value": 0.001, "source": "t"}}}
+    row = health.hardware_floors(measured(report), [low])
+    assert row["passed"], row
+    assert {(p["src"], p["dst"]) for p in row["figures"]["pairs"]} == {(0, 1), (1, 0)}
+    high = {**low, "floors": {"p2p_gbs": {"value": 1e6, "source": "a floor no link reaches"}}}
+    row = health.hardware_floors(measured(report), [high])
+    assert not row["passed"]
+    assert f"GPU 0 -> GPU 1 copy ({pair['path']}) " in row["message"]
+    assert "< floor 1,000,000.0 (a floor no link reaches)" in row["message"]
