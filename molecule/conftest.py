@@ -178,7 +178,7 @@ def run_playbook(
 SNAPSHOT_COMMAND = r"""
 set -e
 find /etc/apt /etc/profile.d /etc/ld.so.conf.d /etc/modprobe.d /etc/alternatives \
-     /usr/local /opt /var/lib/gpustack -xdev \( -type f -o -type l \) 2>/dev/null \
+     /usr/local /opt /var/lib/gpurig -xdev \( -type f -o -type l \) 2>/dev/null \
   | sort | while read -r f; do
       if [ -L "$f" ]; then echo "L $f -> $(readlink "$f")"; else echo "F $f $(sha256sum < "$f")"; fi
     done

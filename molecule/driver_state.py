@@ -35,7 +35,7 @@ USERSPACE = {
     ("ubuntu", "nvidia_repo"): r"libnvidia-compute-[0-9]{3}",
     ("ubuntu", "distro"): r"libnvidia-compute-[0-9]{3}-server",
 }
-BLACKLIST_SNIPPET = "/etc/apt/apt.conf.d/51gpustack-nvidia-driver-blacklist"
+BLACKLIST_SNIPPET = "/etc/apt/apt.conf.d/51gpurig-nvidia-driver-blacklist"
 
 
 def family(host):

@@ -15,18 +15,18 @@
 #   PYTHON                        interpreter for the venv (default python3); one older than
 #                                 requires-python (Ubuntu 20.04's 3.8, 22.04's 3.10) is not used:
 #                                 Miniforge is installed instead
-#   GPUSTACK_MINIFORGE_PREFIX     where that Miniforge goes (default <repo>/.cache/miniforge)
-#   GPUSTACK_MINIFORGE_URL        installer to fetch instead of the conda role's default: https://,
+#   GPURIG_MINIFORGE_PREFIX     where that Miniforge goes (default <repo>/.cache/miniforge)
+#   GPURIG_MINIFORGE_URL        installer to fetch instead of the conda role's default: https://,
 #                                 or file:///path for a copy on this machine (tests use a fixture)
-#   GPUSTACK_MINIFORGE_SHA256     the sha256 that installer must have (default: the conda role's
+#   GPURIG_MINIFORGE_SHA256     the sha256 that installer must have (default: the conda role's
 #                                 for this CPU architecture); a mismatch refuses it unrun
-#   GPUSTACK_SKIP_HOROVOD=1       skip Horovod
-#   GPUSTACK_BOOTSTRAP_STOP_AFTER=venv   stop once .venv exists (tests)
+#   GPURIG_SKIP_HOROVOD=1       skip Horovod
+#   GPURIG_BOOTSTRAP_STOP_AFTER=venv   stop once .venv exists (tests)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=.venv
 conda_defaults=roles/conda/defaults/main.yml
-miniforge_prefix=${GPUSTACK_MINIFORGE_PREFIX:-$PWD/.cache/miniforge}
+miniforge_prefix=${GPURIG_MINIFORGE_PREFIX:-$PWD/.cache/miniforge}
 staging=
 
 log() { printf '\033[1mbootstrap:\033[0m %s\n' "$*"; }
@@ -121,19 +121,19 @@ install_miniforge() {
   arch=$(uname -m)
   release=$(miniforge_release "$arch")
   read -r version url sha <<<"$release"
-  url=${GPUSTACK_MINIFORGE_URL:-$url}
-  sha=$(tr 'A-F' 'a-f' <<<"${GPUSTACK_MINIFORGE_SHA256:-$sha}")
-  sha_source=${GPUSTACK_MINIFORGE_SHA256:+GPUSTACK_MINIFORGE_SHA256}
+  url=${GPURIG_MINIFORGE_URL:-$url}
+  sha=$(tr 'A-F' 'a-f' <<<"${GPURIG_MINIFORGE_SHA256:-$sha}")
+  sha_source=${GPURIG_MINIFORGE_SHA256:+GPURIG_MINIFORGE_SHA256}
   [ -n "$sha" ] || die "$conda_defaults has no conda_installer_sha256_by_arch entry for $arch: set" \
-    "GPUSTACK_MINIFORGE_URL and GPUSTACK_MINIFORGE_SHA256, or PYTHON=/path/to/python$py_major.$py_minor+"
+    "GPURIG_MINIFORGE_URL and GPURIG_MINIFORGE_SHA256, or PYTHON=/path/to/python$py_major.$py_minor+"
   [[ $sha =~ ^[0-9a-f]{64}$ ]] || die "the Miniforge installer's sha256 must be 64 hex digits, got '$sha'"
   record="{\"version\": \"$version\", \"installer_sha256\": \"$sha\"}"
   if [ -x "$miniforge_prefix/bin/python3" ] &&
-    [ "$(cat "$miniforge_prefix/.gpustack-miniforge.json" 2>/dev/null)" = "$record" ]; then
+    [ "$(cat "$miniforge_prefix/.gpurig-miniforge.json" 2>/dev/null)" = "$record" ]; then
     return 0
   fi
   log "installing Miniforge $version into $miniforge_prefix (from $url, sha256 $sha)"
-  staging=$(mktemp -d "${TMPDIR:-/tmp}/gpustack-miniforge.XXXXXX")
+  staging=$(mktemp -d "${TMPDIR:-/tmp}/gpurig-miniforge.XXXXXX")
   installer=$staging/Miniforge3-$version-Linux-$arch.sh
   fetch "$url" "$installer" || die "could not download $url"
   if ! sha256sum -c --quiet --status - <<<"$sha  $installer"; then
@@ -147,7 +147,7 @@ install_miniforge() {
     bash "$installer" -b -p "$miniforge_prefix"
   fi
   [ -x "$miniforge_prefix/bin/python3" ] || die "the installer left no $miniforge_prefix/bin/python3"
-  echo "$record" >"$miniforge_prefix/.gpustack-miniforge.json"
+  echo "$record" >"$miniforge_prefix/.gpurig-miniforge.json"
   rm -rf "$staging"; staging=
 }
 
@@ -198,7 +198,7 @@ venv_stale() {
 
 # 3. The virtual environment (made again when stale, see above), its packages reinstalled only
 #    when pyproject.toml or constraints.txt change.
-stamp=$venv/.gpustack-deps
+stamp=$venv/.gpurig-deps
 want=$(cat pyproject.toml constraints.txt | sha256sum | cut -c1-16)
 if [ ! -e $venv ]; then
   log "creating $venv"
@@ -207,8 +207,8 @@ elif reason=$(venv_stale); then
   log "recreating $venv: $reason"
   "$python" -m venv --clear $venv
 fi
-if [ "${GPUSTACK_BOOTSTRAP_STOP_AFTER:-}" = venv ]; then
-  log "stopping after the venv (GPUSTACK_BOOTSTRAP_STOP_AFTER=venv): $venv has Python $(python_version $venv/bin/python)"
+if [ "${GPURIG_BOOTSTRAP_STOP_AFTER:-}" = venv ]; then
+  log "stopping after the venv (GPURIG_BOOTSTRAP_STOP_AFTER=venv): $venv has Python $(python_version $venv/bin/python)"
   exit 0
 fi
 if [ "$(cat $stamp 2>/dev/null)" != "$want" ]; then
@@ -224,9 +224,9 @@ log "ensuring the Ansible collections are in .cache/collections (scripts/collect
 PYTHON=$venv/bin/python scripts/collections.sh
 
 # 5. Horovod, built by the horovod role into this venv (skipped when already built for this torch).
-if [ "${GPUSTACK_SKIP_HOROVOD:-0}" != 1 ]; then
+if [ "${GPURIG_SKIP_HOROVOD:-0}" != 1 ]; then
   log "ensuring Horovod is built into $venv (playbooks/dev-env.yml)"
   ANSIBLE_CONFIG=ansible.cfg $venv/bin/ansible-playbook -i inventory/local/hosts.yml \
-    playbooks/dev-env.yml -e "gpustack_repo_dir=$PWD"
+    playbooks/dev-env.yml -e "gpurig_repo_dir=$PWD"
 fi
 log "ready: $venv/bin/python -m bench.scaling --help"

@@ -4,10 +4,10 @@
 # from the `ansible` package on PyPI (Galaxy is not reachable everywhere), checksum-verified.
 # requirements.yml pins the versions that ansible 12.2.0's wheel carries, so both sources give the
 # same collections. scripts/bootstrap.sh and scripts/test.sh both run it. The wheel is cached in
-# $GPUSTACK_CACHE; ansible 12.x is the release line that ships with ansible-core 2.19.
+# $GPURIG_CACHE; ansible 12.x is the release line that ships with ansible-core 2.19.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
-cache=${GPUSTACK_CACHE:-$HOME/.cache/gpustack}
+cache=${GPURIG_CACHE:-$HOME/.cache/gpurig}
 dest=$here/.cache/collections
 ansible_version=12.2.0
 # sha256 of ansible-12.2.0-py3-none-any.whl as PyPI's index lists it; pip checks it on download

@@ -459,7 +459,7 @@ class Fetcher:
             raise Unreachable(url, "unsupported scheme")
         if parts.netloc in self.dead_hosts:
             raise Unreachable(url, self.dead_hosts[parts.netloc])
-        request = urllib.request.Request(url, headers={"User-Agent": "gpustack-compat-drift"})
+        request = urllib.request.Request(url, headers={"User-Agent": "gpurig-compat-drift"})
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
                 return response.read()

@@ -19,8 +19,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
-export GPUSTACK_CACHE=${GPUSTACK_CACHE:-$HOME/.cache/gpustack}
-export GPUSTACK_STATE_DIR=${GPUSTACK_STATE_DIR:-/tmp/gpustack-test}
+export GPURIG_CACHE=${GPURIG_CACHE:-$HOME/.cache/gpurig}
+export GPURIG_STATE_DIR=${GPURIG_STATE_DIR:-/tmp/gpurig-test}
 export ANSIBLE_COLLECTIONS_PATH=$repo/.cache/collections
 export PATH=$repo/.venv/bin:$PATH
 export PY_COLORS=0 ANSIBLE_NOCOLOR=1 PYTHONUNBUFFERED=1
@@ -187,9 +187,9 @@ fi
 # Scenarios are independent (own containers, names and ephemeral dirs); most of their time is
 # apt and Ansible round trips, and one alone keeps ~85% of two cores busy: two jobs on a 2-core
 # machine, one fewer than the cores on a bigger one, at most 6 (each scenario's containers and
-# Horovod's builds need memory too). GPUSTACK_MOLECULE_JOBS overrides.
+# Horovod's builds need memory too). GPURIG_MOLECULE_JOBS overrides.
 cores=$(nproc)
-jobs_max=${GPUSTACK_MOLECULE_JOBS:-$(( cores <= 3 ? 2 : (cores > 7 ? 6 : cores - 1) ))}
+jobs_max=${GPURIG_MOLECULE_JOBS:-$(( cores <= 3 ? 2 : (cores > 7 ? 6 : cores - 1) ))}
 scenarios=()
 if wants molecule; then
   for p in "${parts[@]}"; do [[ $p == molecule:* ]] && scenarios+=("${p#molecule:}"); done
@@ -226,9 +226,9 @@ if wants molecule; then
 fi
 if wants pytest; then
   # pytest exits 5 when it collected nothing: that is a failure of the suite, not a pass.
-  # GPUSTACK_REQUIRE_ALL_TESTS=1: a missing prerequisite (Horovod, root for netns, sshd) fails
+  # GPURIG_REQUIRE_ALL_TESTS=1: a missing prerequisite (Horovod, root for netns, sshd) fails
   # the test instead of skipping it, so the suite cannot go green by skipping.
-  start pytest env GPUSTACK_REQUIRE_ALL_TESTS=1 \
+  start pytest env GPURIG_REQUIRE_ALL_TESTS=1 \
     python -m pytest -q -rfE --durations=30 tests/unit tests/integration
 fi
 for s in "${scenarios[@]}"; do

@@ -32,11 +32,11 @@ PROBE_MODULE = "bench.rank.probe"
 # Every process of a multi-node launch carries RUN_TAG_VAR=<tag> in its environment (horovodrun
 # forwards its environment to remote ranks): stopping a launch
 # finds its processes on each node by that exact value, and nothing else.
-RUN_TAG_VAR = "GPUSTACK_BENCH_RUN"
+RUN_TAG_VAR = "GPURIG_BENCH_RUN"
 # Every process of a launch also carries SWEEP_TAG_VAR=<sweep id>, wherever it runs (this machine,
 # a --hosts node, its container, a Slurm node): a resumed sweep finds and stops what an earlier
 # controller of the same sweep left running, here and on every node of the sweep.
-SWEEP_TAG_VAR = "GPUSTACK_BENCH_SWEEP"
+SWEEP_TAG_VAR = "GPURIG_BENCH_SWEEP"
 # The collective libraries' settings: they change distributed results (recorded with each sweep,
 # bench.machine) and, with the bench's own BENCH_*, reach every rank wherever it runs (another
 # node, a container) as they reach local ranks.

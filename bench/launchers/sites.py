@@ -36,7 +36,7 @@ from bench.spec import LOCAL_HOST
 
 # Scratch space on every node; the node name is part of the path so nodes sharing /tmp (or a
 # shared filesystem, as the netns test hosts do) never write into each other's directory.
-REMOTE_SCRATCH = "/tmp/gpustack-bench"
+REMOTE_SCRATCH = "/tmp/gpurig-bench"
 
 T = TypeVar("T")
 

@@ -55,7 +55,7 @@ def build(out: Path, version: str, header_version: str | None, with_header: bool
     library = f"libcudnn.so.{lib_major}.{lib_minor}.{lib_patch}"
     with tarfile.open(path, "w:xz") as tar:
         add(tar, top)
-        add(tar, f"{top}/LICENSE", b"TEST FIXTURE built by the gpustack test suite; not cuDNN.\n")
+        add(tar, f"{top}/LICENSE", b"TEST FIXTURE built by the gpurig test suite; not cuDNN.\n")
         add(tar, f"{top}/include")
         if with_header:
             add(tar, f"{top}/include/cudnn_version.h", header.encode())

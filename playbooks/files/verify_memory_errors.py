@@ -9,7 +9,7 @@ JSON object {"gpus": [...]} with, per GPU, its index, PCI bus id and either
   nvmlDeviceGetRetiredPagesPendingStatus, on the GPUs without row remapping (where NVML answers
   NOT_SUPPORTED to the first), or
 - "error": what NVML said when neither is available.
-The playbook decides pass/fail from it (filter_plugins/gpustack_health.py remapped_rows). The NVML
+The playbook decides pass/fail from it (filter_plugins/gpurig_health.py remapped_rows). The NVML
 calls and their return values are nvidia-ml-py's (pynvml 13.615.71 as installed) and NVML's API
 reference (nvmlDeviceGetRemappedRows: "For Ampere or newer fully supported devices ... A reset will
 be required to actually remap the row"; docs.nvidia.com/deploy/nvml-api and the cuda-python

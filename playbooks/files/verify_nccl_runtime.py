@@ -1,7 +1,7 @@
 """verify.yml's NCCL runtime check: the libnccl files a torch + Horovod process maps.
 
 Run with the training environment's interpreter, VERIFY_ENV naming the environment (where the
-horovod role writes gpustack-horovod.json); prints one JSON object (the playbook decides).
+horovod role writes gpurig-horovod.json); prints one JSON object (the playbook decides).
 """
 
 import json
@@ -21,7 +21,7 @@ with open("/proc/self/maps") as maps:
         {os.path.realpath(line.split()[-1]) for line in maps if "libnccl" in line and "/" in line}
     )
 try:
-    with open(os.path.join(os.environ["VERIFY_ENV"], "gpustack-horovod.json")) as f:
+    with open(os.path.join(os.environ["VERIFY_ENV"], "gpurig-horovod.json")) as f:
         report["horovod_built_against"] = json.load(f)["built_against"].get("nccl_version")
 except (OSError, ValueError, KeyError):
     report["horovod_built_against"] = None

@@ -4,7 +4,7 @@
 #                     answering, and remember that we started it
 #   docker.sh stop    stop dockerd again, but only if `start` started it
 set -euo pipefail
-state_dir=${GPUSTACK_STATE_DIR:-/tmp/gpustack-test}
+state_dir=${GPURIG_STATE_DIR:-/tmp/gpurig-test}
 pidfile=$state_dir/dockerd.pid
 mkdir -p "$state_dir"
 

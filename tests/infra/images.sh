@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Build the systemd base images molecule runs the roles in.
 #
-#   local/gpustack-debian:12        Debian 12 (bookworm) minbase rootfs from debootstrap
-#   local/gpustack-debian:13        Debian 13 (trixie), built the same way (its g++ 14 is the
+#   local/gpurig-debian:12        Debian 12 (bookworm) minbase rootfs from debootstrap
+#   local/gpurig-debian:13        Debian 13 (trixie), built the same way (its g++ 14 is the
 #                                   newest compiler the suite builds with)
-#   local/gpustack-ubuntu2004-standin  the same rootfs posing as Ubuntu 20.04 "focal":
+#   local/gpurig-ubuntu2004-standin  the same rootfs posing as Ubuntu 20.04 "focal":
 #                                   /etc/os-release and /etc/lsb-release say Ubuntu 20.04, and a
 #                                   CPython 3.8 (the interpreter Ubuntu 20.04 ships) is copied in
 #                                   for Ansible to manage it through. Its packages, libc, apt and
@@ -12,16 +12,16 @@
 #                                   selection, the ubuntu2004 repo path and Python 3.8 module
 #                                   execution, not Ubuntu's archive. See README "What the tests cover".
 #
-# Each debootstrapped rootfs is cached as a zstd tarball (~90 MB) in $GPUSTACK_CACHE so a second
+# Each debootstrapped rootfs is cached as a zstd tarball (~90 MB) in $GPURIG_CACHE so a second
 # run on the same machine imports it in seconds; a fresh machine builds it (~2-3 min per suite).
 set -euo pipefail
-cache=${GPUSTACK_CACHE:-$HOME/.cache/gpustack}
-py38=${GPUSTACK_PY38:-/root/.pyenv/versions/3.8.18}
+cache=${GPURIG_CACHE:-$HOME/.cache/gpurig}
+py38=${GPURIG_PY38:-/root/.pyenv/versions/3.8.18}
 mkdir -p "$cache"
 # Debian suites to build, as "codename:major"; the Ubuntu 20.04 stand-in derives from the first.
 suites=(bookworm:12 trixie:13)
-debian_image=local/gpustack-debian:12
-ubuntu_image=local/gpustack-ubuntu2004-standin:latest
+debian_image=local/gpurig-debian:12
+ubuntu_image=local/gpurig-ubuntu2004-standin:latest
 
 mirror() {
   # The mirror this host already uses, so the images work wherever the host's apt works.
@@ -38,7 +38,7 @@ build_rootfs() {
   local suite=$1 tarball=$2 root url
   need debootstrap debootstrap
   need zstd zstd
-  root=$(mktemp -d /tmp/gpustack-rootfs.XXXXXX)
+  root=$(mktemp -d /tmp/gpurig-rootfs.XXXXXX)
   url=$(mirror)
   echo "images: debootstrap $suite from $url (a few minutes on a fresh machine)"
   debootstrap --variant=minbase \
@@ -75,11 +75,11 @@ import_debian() {
 
 build_ubuntu_standin() {
   [ -x "$py38/bin/python3.8" ] || {
-    echo "images: no CPython 3.8 at $py38 (set GPUSTACK_PY38); the Ubuntu 20.04 stand-in needs one" >&2
+    echo "images: no CPython 3.8 at $py38 (set GPURIG_PY38); the Ubuntu 20.04 stand-in needs one" >&2
     exit 1
   }
   local ctx
-  ctx=$(mktemp -d /tmp/gpustack-standin.XXXXXX)
+  ctx=$(mktemp -d /tmp/gpurig-standin.XXXXXX)
   cp -a "$py38" "$ctx/py38"
   rm -f "$ctx"/py38/lib/python3.8/site-packages/_sandboxing*.pth
   cat >"$ctx/os-release" <<'OSR'
@@ -103,13 +103,13 @@ FROM $debian_image
 COPY py38 $py38
 COPY os-release /usr/lib/os-release
 COPY lsb-release /etc/lsb-release
-RUN echo "bullseye/sid" > /etc/debian_version && echo "TEST STAND-IN: Debian 12 rootfs that reports Ubuntu 20.04; python3.8 at $py38" > /etc/gpustack-standin
+RUN echo "bullseye/sid" > /etc/debian_version && echo "TEST STAND-IN: Debian 12 rootfs that reports Ubuntu 20.04; python3.8 at $py38" > /etc/gpurig-standin
 # Ubuntu 20.04's own python3 is 3.8 and imports the distro's pure-Python python3-* packages; the
 # copied CPython would not. Link the ones Ansible modules import (python3-debian for
 # deb822_repository, and its chardet) onto its path: they resolve once a role installs them.
-RUN mkdir -p /usr/local/lib/gpustack-py38-distro \
- && ln -s /usr/lib/python3/dist-packages/debian /usr/lib/python3/dist-packages/chardet /usr/local/lib/gpustack-py38-distro/ \
- && echo /usr/local/lib/gpustack-py38-distro > $py38/lib/python3.8/site-packages/gpustack-py38-distro.pth
+RUN mkdir -p /usr/local/lib/gpurig-py38-distro \
+ && ln -s /usr/lib/python3/dist-packages/debian /usr/lib/python3/dist-packages/chardet /usr/local/lib/gpurig-py38-distro/ \
+ && echo /usr/local/lib/gpurig-py38-distro > $py38/lib/python3.8/site-packages/gpurig-py38-distro.pth
 CMD ["/lib/systemd/systemd"]
 DOCKERFILE
   echo "images: building $ubuntu_image"
@@ -120,7 +120,7 @@ DOCKERFILE
 built=()
 for entry in "${suites[@]}"; do
   suite=${entry%%:*}
-  image=local/gpustack-debian:${entry##*:}
+  image=local/gpurig-debian:${entry##*:}
   tarball=$cache/rootfs-debian-$suite.tar.zst
   [ -s "$tarball" ] || build_rootfs "$suite" "$tarball"
   docker image inspect "$image" >/dev/null 2>&1 || import_debian "$tarball" "$image"

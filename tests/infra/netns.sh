@@ -20,7 +20,7 @@
 #   GSB_NETNS_SUBNET   first three octets of the /24 used (default 10.213.0): the bridge is .1,
 #                      host i is .(10+i)
 #   GSB_NETNS_STATE    state directory: keys, sshd configs, logs, nodes.json (default
-#                      /tmp/gpustack-netns)
+#                      /tmp/gpurig-netns)
 #   GSB_NETNS_SSH_PORT port every host's sshd listens on (default 2213); one port for all hosts
 #                      because horovodrun -p takes a single port
 #
@@ -33,7 +33,7 @@ set -euo pipefail
 
 PREFIX="${GSB_NETNS_PREFIX:-gsb}"
 SUBNET="${GSB_NETNS_SUBNET:-10.213.0}"
-STATE="${GSB_NETNS_STATE:-/tmp/gpustack-netns}"
+STATE="${GSB_NETNS_STATE:-/tmp/gpurig-netns}"
 PORT="${GSB_NETNS_SSH_PORT:-2213}"
 BRIDGE="${PREFIX}br0"
 FW_COMMENT="${PREFIX}-netns-test-bridge"
@@ -86,7 +86,7 @@ ensure_client_key() {
   mkdir -p "$STATE"
   chmod 700 "$STATE"
   if [[ ! -s "$STATE/id_ed25519" ]]; then
-    ssh-keygen -q -t ed25519 -N '' -C "gpustack-netns-test" -f "$STATE/id_ed25519"
+    ssh-keygen -q -t ed25519 -N '' -C "gpurig-netns-test" -f "$STATE/id_ed25519"
   fi
 }
 

@@ -4,8 +4,8 @@
 #   serve.sh start | stop | url
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
-state_dir=${GPUSTACK_STATE_DIR:-/tmp/gpustack-test}
-port=${GPUSTACK_SERVE_PORT:-8765}
+state_dir=${GPURIG_STATE_DIR:-/tmp/gpurig-test}
+port=${GPURIG_SERVE_PORT:-8765}
 pidfile=$state_dir/http.pid
 mkdir -p "$state_dir"
 

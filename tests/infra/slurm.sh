@@ -13,21 +13,21 @@
 # socket and a slurm.conf in the state directory. Clients find it through SLURM_CONF:
 #   . "$GSB_SLURM_STATE/env"   (exports SLURM_CONF)
 #
-# Settings (environment): GSB_SLURM_STATE (default /tmp/gpustack-slurm), GSB_SLURM_PORT (first
+# Settings (environment): GSB_SLURM_STATE (default /tmp/gpurig-slurm), GSB_SLURM_PORT (first
 # of two ports, default 6917), GSB_SLURM_MUNGE_DIR (munge socket, default
-# /run/gpustack-slurm-<port>), GSB_NETNS_STATE (as for netns.sh), GSB_SLURM_WAIT_S (how long to
+# /run/gpurig-slurm-<port>), GSB_NETNS_STATE (as for netns.sh), GSB_SLURM_WAIT_S (how long to
 # wait for nodes to become idle, default 60).
 set -euo pipefail
 
-STATE="${GSB_SLURM_STATE:-/tmp/gpustack-slurm}"
+STATE="${GSB_SLURM_STATE:-/tmp/gpurig-slurm}"
 PORT="${GSB_SLURM_PORT:-6917}"
-NETNS_STATE="${GSB_NETNS_STATE:-/tmp/gpustack-netns}"
+NETNS_STATE="${GSB_NETNS_STATE:-/tmp/gpurig-netns}"
 WAIT_S="${GSB_SLURM_WAIT_S:-60}"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 CONF="$STATE/slurm.conf"
 # munged wants every directory above its socket traversable by all, which a private temporary
 # directory (pytest's are 0700) is not: the socket lives in /run, named after the port.
-MUNGE_DIR="${GSB_SLURM_MUNGE_DIR:-/run/gpustack-slurm-$PORT}"
+MUNGE_DIR="${GSB_SLURM_MUNGE_DIR:-/run/gpurig-slurm-$PORT}"
 MUNGE_SOCKET="$MUNGE_DIR/munge.socket"
 
 log() { printf 'slurm.sh: %s\n' "$*" >&2; }

@@ -51,7 +51,7 @@ DOCKER_SUITES = {
     "ubuntu/noble": "ubuntu.24.04~noble",
 }
 FIXTURE_NOTE = (
-    "TEST FIXTURE built by tests/infra/standin_repo.py for the gpustack test suite.\n"
+    "TEST FIXTURE built by tests/infra/standin_repo.py for the gpurig test suite.\n"
     "It stands in for {vendor}'s package {name} {version} and contains no {vendor} software.\n"
 )
 
@@ -105,7 +105,7 @@ def build_deb(pkg: dict, version: str, distro: str, out: Path, vendor: str = "NV
             f"Package: {name}",
             f"Version: {version}",
             "Architecture: " + pkg.get("architecture", "amd64"),
-            "Maintainer: gpustack test suite <fixtures@invalid>",
+            "Maintainer: gpurig test suite <fixtures@invalid>",
             f"Section: {pkg.get('section', 'multiverse/libs')}",
             "Priority: optional",
         ]
@@ -115,7 +115,7 @@ def build_deb(pkg: dict, version: str, distro: str, out: Path, vendor: str = "NV
                 value = value if isinstance(value, str) else ", ".join(value)
                 control.append(f"{field.capitalize()}: {value.format(**subs)}")
         control.append(f"Description: TEST FIXTURE standing in for {name}")
-        control.append(f" Built by the gpustack test suite; contains no {vendor} software.")
+        control.append(f" Built by the gpurig test suite; contains no {vendor} software.")
         (debian / "control").write_text("\n".join(control) + "\n")
         for script in ("postinst", "prerm", "postrm"):
             if pkg.get(script):
@@ -144,7 +144,7 @@ def make_key(gnupghome: Path, name: str) -> str:
             "--passphrase",
             "",
             "--quick-gen-key",
-            f"gpustack test stand-in repo key {name} <standin@invalid>",
+            f"gpurig test stand-in repo key {name} <standin@invalid>",
             "rsa3072",
             "sign",
             "1d",

@@ -13,16 +13,16 @@
 #                          2.13.0+cpu over 2.13.0 for `torch==2.13.0` when both lie in one directory.
 #   .work/www/installers/  TEST FIXTURE installers with their .sha256 files (see molecule/conda/files),
 #                          and a TEST FIXTURE stand-in source tarball for nccl-tests (see below)
-# Downloads go to $GPUSTACK_CACHE/wheelhouse (default ~/.cache/gpustack) once per machine and are
+# Downloads go to $GPURIG_CACHE/wheelhouse (default ~/.cache/gpurig) once per machine and are
 # hard-linked (or copied) into .work/www. A stamp of the pins below skips pip entirely on a re-run.
-# Environment: GPUSTACK_CACHE, PYTHON (a pip to download with; default .venv/bin/python),
-#              GPUSTACK_TORCH_WHEEL_DIR (where the CPU torch wheel lies; default /opt/wheels).
+# Environment: GPURIG_CACHE, PYTHON (a pip to download with; default .venv/bin/python),
+#              GPURIG_TORCH_WHEEL_DIR (where the CPU torch wheel lies; default /opt/wheels).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
-cache=${GPUSTACK_CACHE:-$HOME/.cache/gpustack}/wheelhouse
+cache=${GPURIG_CACHE:-$HOME/.cache/gpurig}/wheelhouse
 www=$here/.work/www
 python=${PYTHON:-$here/.venv/bin/python}
-torch_wheels=${GPUSTACK_TORCH_WHEEL_DIR:-/opt/wheels}
+torch_wheels=${GPURIG_TORCH_WHEEL_DIR:-/opt/wheels}
 
 # The containers' interpreter is Debian 12's CPython 3.11 (also in the Ubuntu 20.04 stand-in).
 target=(--python-version 3.11 --implementation cp --abi cp311 --abi abi3 --abi none

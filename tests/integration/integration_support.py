@@ -2,7 +2,7 @@
 
 Every module launches real torchrun/horovodrun processes; the multi-host and Slurm modules also
 need root for network namespaces and sshd. A missing prerequisite skips the test, or fails it
-where GPUSTACK_REQUIRE_ALL_TESTS=1 (CI), so the suite cannot go green by skipping.
+where GPURIG_REQUIRE_ALL_TESTS=1 (CI), so the suite cannot go green by skipping.
 """
 
 from __future__ import annotations
@@ -32,13 +32,19 @@ TINY = [
     "3",
     "--no-progress",
 ]
+# The network-namespace hosts of tests/infra/netns.sh (conftest.py's `hosts` fixture): gsb1..gsb3
+# on SUBNET.0/24, sshd on PORT in each; this machine is SUBNET.1 on the bridge.
+NETNS = INFRA / "netns.sh"
+SUBNET = "10.213.0"
+PORT = 2213
+HOST1, HOST2, HOST3 = f"{SUBNET}.11", f"{SUBNET}.12", f"{SUBNET}.13"
 NETNS_TOOLS = ("ip", "nsenter", "unshare", "ssh", "ssh-keygen", "/usr/sbin/sshd")
 
 
 def unavailable(reason: str) -> None:
-    """Skip, or fail where GPUSTACK_REQUIRE_ALL_TESTS=1 (CI) so nothing passes by skipping."""
-    if os.environ.get("GPUSTACK_REQUIRE_ALL_TESTS") == "1":
-        pytest.fail(f"GPUSTACK_REQUIRE_ALL_TESTS=1 but {reason}")
+    """Skip, or fail where GPURIG_REQUIRE_ALL_TESTS=1 (CI) so nothing passes by skipping."""
+    if os.environ.get("GPURIG_REQUIRE_ALL_TESTS") == "1":
+        pytest.fail(f"GPURIG_REQUIRE_ALL_TESTS=1 but {reason}")
     pytest.skip(reason)
 
 
@@ -68,7 +74,34 @@ def bench_env(root: Path) -> Path:
         check=True,
     ).stdout.strip()
     shared = sysconfig.get_path("purelib")
-    (Path(own) / "gpustack-test-shared.pth").write_text(
-        f"import site; site.addsitedir({shared!r})\n"
-    )
+    (Path(own) / "gpurig-test-shared.pth").write_text(f"import site; site.addsitedir({shared!r})\n")
     return python
+
+
+def netns_fleet(state: Path, python: Path | str, gpus_per_node: int, workdir: Path) -> dict:
+    """An inventory whose gpu_nodes are the namespace hosts gsb1 and gsb2 (state: the `hosts`
+    fixture's directory), reached as root with the test key, with playbooks/bench.yml's settings
+    for hosts that share this filesystem: the environment `python` runs in, each host's ranks and
+    its scratch."""
+    return {
+        "all": {
+            "children": {
+                "gpu_nodes": {
+                    "hosts": {"gsb1": {"ansible_host": HOST1}, "gsb2": {"ansible_host": HOST2}},
+                    "vars": {
+                        "ansible_port": PORT,
+                        "ansible_user": "root",
+                        "ansible_ssh_private_key_file": str(state / "id_ed25519"),
+                        "ansible_ssh_common_args": (
+                            f"-o UserKnownHostsFile={state / 'known_hosts'} "
+                            "-o StrictHostKeyChecking=yes"
+                        ),
+                        "ansible_python_interpreter": "/usr/bin/python3",
+                        "bench_python": str(python),
+                        "bench_gpus_per_node": gpus_per_node,
+                        "bench_workdir": str(workdir),
+                    },
+                }
+            }
+        }
+    }

@@ -41,7 +41,7 @@ def fake_nvidia_smi(bin_dir: Path, listed: int, rc: int) -> Path:
     return bin_dir
 
 
-def run_bench_playbook(tmp_path: Path, gpus: int, listed: int, rc: int):
+def run_bench_playbook(tmp_path: Path, gpus: int, listed: int, rc: int, *args: str):
     inventory = tmp_path / "hosts.json"
     inventory.write_text(
         json.dumps(
@@ -76,6 +76,7 @@ def run_bench_playbook(tmp_path: Path, gpus: int, listed: int, rc: int):
             "-i",
             str(inventory),
             "--check",
+            *args,
             str(REPO / "playbooks" / "bench.yml"),
         ],
         capture_output=True,
@@ -99,5 +100,27 @@ def test_a_gpu_host_whose_driver_fails_stops_the_play(tmp_path, listed, rc, says
     assert "gpuhost has 2 NVIDIA GPU(s) on the PCI bus, but" in output, done.stdout[-3000:]
     assert says in output
     # It stopped before setting anything up on the host.
+    assert not (tmp_path / "ssh").exists()
+    assert not (tmp_path / "work").exists()
+
+
+def test_a_port_that_is_not_a_number_is_refused_before_anything(tmp_path):
+    done = run_bench_playbook(tmp_path, 2, 2, 0, "-e", "bench_ssh_port=abc")
+    assert done.returncode != 0
+    output = " ".join(done.stdout.split())
+    assert "argument 'bench_ssh_port' is of type str and we were unable to convert to int" in output
+    assert not (tmp_path / "ssh").exists()
+    assert not (tmp_path / "work").exists()
+
+
+def test_options_the_sweep_refuses_are_refused_before_anything(tmp_path):
+    given = json.dumps({"bench_args": ["--launchers", "bogus"]})
+    done = run_bench_playbook(tmp_path, 2, 2, 0, "-e", given)
+    assert done.returncode != 0
+    output = " ".join(done.stdout.split())
+    assert "python -m bench.scaling refuses the sweep's options (bench_args;" in output, output[
+        -3000:
+    ]
+    assert "argument --launchers: 'bogus': choose from ddp, horovod" in output
     assert not (tmp_path / "ssh").exists()
     assert not (tmp_path / "work").exists()

@@ -76,14 +76,14 @@ def test_wheel_installs_once_and_again_when_a_module_changes(tmp_path: Path) -> 
     for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy2(REPO / name, src / name)
     shutil.copytree(REPO / "bench", src / "bench", ignore=shutil.ignore_patterns("__pycache__"))
-    shipped, stamp = env / "src" / "gpustack-bench", env / "src" / "gpustack-bench.installed"
+    shipped, stamp = env / "src" / "gpurig-bench", env / "src" / "gpurig-bench.installed"
     # what the archive-shipping role left: the unpacked checkout and its tar
     (shipped / "bench").mkdir(parents=True)
     (shipped / "pyproject.toml").write_text("[project]\n")
-    (env / "src" / "gpustack-bench.tar").write_bytes(b"old")
+    (env / "src" / "gpurig-bench.tar").write_bytes(b"old")
 
     out, changed = play(tmp_path, env, src, "--check")
-    assert "Check mode: would install gpustack_bench-0.1.0-py3-none-any.whl" in out
+    assert "Check mode: would install gpurig_bench-0.1.0-py3-none-any.whl" in out
     assert changed > 0
     assert sorted(p.name for p in shipped.iterdir()) == ["bench", "pyproject.toml"]
     assert not stamp.exists()
@@ -91,8 +91,8 @@ def test_wheel_installs_once_and_again_when_a_module_changes(tmp_path: Path) -> 
 
     out, changed = play(tmp_path, env, src)
     (wheel,) = shipped.iterdir()
-    assert wheel.name == "gpustack_bench-0.1.0-py3-none-any.whl"
-    assert not (env / "src" / "gpustack-bench.tar").exists()
+    assert wheel.name == "gpurig_bench-0.1.0-py3-none-any.whl"
+    assert not (env / "src" / "gpurig-bench.tar").exists()
     assert stamp.read_text().strip() == hashlib.sha256(wheel.read_bytes()).hexdigest()
     installed = Path(bench_file(python, tmp_path))
     assert installed.is_relative_to(env / "lib")

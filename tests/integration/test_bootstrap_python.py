@@ -4,8 +4,8 @@ Runs the quick start's first command in the Ubuntu 20.04 stand-in (tests/infra/i
 making Ubuntu 20.04's interpreter, CPython 3.8, its only `python3` (the image's Debian python3.11
 is removed from PATH). Bootstrap must fail its Python check, fetch the Miniforge installer, check
 its sha256, run it in batch mode into .cache/miniforge and build .venv from that Python: the real
-path, with only the installer's source replaced (GPUSTACK_MINIFORGE_URL/_SHA256, file://). It
-stops once .venv exists (GPUSTACK_BOOTSTRAP_STOP_AFTER=venv): installing torch into the
+path, with only the installer's source replaced (GPURIG_MINIFORGE_URL/_SHA256, file://). It
+stops once .venv exists (GPURIG_BOOTSTRAP_STOP_AFTER=venv): installing torch into the
 container would add minutes and no coverage of this path.
 
 The installer is the conda role's TEST FIXTURE (molecule/conda/files/miniforge-installer-
@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 from integration_support import REPO, unavailable
 
-IMAGE = "local/gpustack-ubuntu2004-standin:latest"
+IMAGE = "local/gpurig-ubuntu2004-standin:latest"
 PY38 = "/root/.pyenv/versions/3.8.18"  # where tests/infra/images.sh puts Ubuntu 20.04's CPython
 FIXTURE = Path(__file__).parents[2] / "molecule/conda/files/miniforge-installer-fixture.sh"
 FLOOR = tuple(
@@ -65,7 +65,7 @@ def standin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Pat
     python = fixture_python()
     served = tmp_path_factory.mktemp("installer")
     shutil.copy(FIXTURE, served / "Miniforge3-fixture-Linux-x86_64.sh")
-    name = f"gpustack-bootstrap-{uuid.uuid4().hex[:8]}"
+    name = f"gpurig-bootstrap-{uuid.uuid4().hex[:8]}"
     run = docker(
         "run",
         "-d",
@@ -119,10 +119,10 @@ def copy_repo(container: str, dest: str) -> None:
 
 def bootstrap(container: str, repo: str, sha256: str, python: Path) -> subprocess.CompletedProcess:
     env = {
-        "GPUSTACK_MINIFORGE_URL": "file:///fixture/Miniforge3-fixture-Linux-x86_64.sh",
-        "GPUSTACK_MINIFORGE_SHA256": sha256,
-        "GPUSTACK_TEST_FIXTURE_PYTHON": str(python),
-        "GPUSTACK_BOOTSTRAP_STOP_AFTER": "venv",
+        "GPURIG_MINIFORGE_URL": "file:///fixture/Miniforge3-fixture-Linux-x86_64.sh",
+        "GPURIG_MINIFORGE_SHA256": sha256,
+        "GPURIG_TEST_FIXTURE_PYTHON": str(python),
+        "GPURIG_BOOTSTRAP_STOP_AFTER": "venv",
     }
     args = [f"--env={k}={v}" for k, v in env.items()]
     return docker("exec", *args, container, f"{repo}/scripts/bootstrap.sh", timeout_s=900)
@@ -140,7 +140,7 @@ def test_wrong_sha256_is_refused_before_the_installer_runs(standin: tuple[str, P
     log = output(done)
     assert done.returncode != 0, log
     assert "python3: Python 3.8." in log, log
-    assert f"expected {wrong} (GPUSTACK_MINIFORGE_SHA256); it was not run" in log, log
+    assert f"expected {wrong} (GPURIG_MINIFORGE_SHA256); it was not run" in log, log
     # The fixture creates the prefix on its first action: no prefix means it never ran.
     left = sh(container, "ls -d /refused/.cache/miniforge /refused/.venv 2>/dev/null || true")
     assert left.strip() == "", left

@@ -32,10 +32,10 @@ from bench.spec import container_label
 
 pytestmark = pytest.mark.slow
 
-BASE_IMAGE = "local/gpustack-debian:12"
+BASE_IMAGE = "local/gpurig-debian:12"
 TORCH = "torch==2.13.0+cpu"
 REQUIREMENTS = (TORCH, "torchvision==0.28.0")
-CACHE = Path(os.environ.get("GPUSTACK_CACHE", Path.home() / ".cache" / "gpustack"))
+CACHE = Path(os.environ.get("GPURIG_CACHE", Path.home() / ".cache" / "gpurig"))
 # dockerd on the test machines lacks CAP_SYS_RESOURCE, so it cannot raise memlock (the
 # default asks for unlimited): the stack limit alone, as --container-ulimit allows.
 ULIMITS = ("--container-ulimit", "stack=67108864")
@@ -93,7 +93,7 @@ def build_image() -> tuple[str, bool]:
     key = hashlib.sha256(
         json.dumps([base.stdout.strip(), pip.__version__, install, files]).encode()
     ).hexdigest()[:16]
-    tag = f"local/gpustack-bench-test:{key}"
+    tag = f"local/gpurig-bench-test:{key}"
     if docker("image", "inspect", tag).returncode == 0:
         return tag, horovod is not None
     name = f"gsb-build-{uuid.uuid4().hex[:8]}"
@@ -108,7 +108,7 @@ def build_image() -> tuple[str, bool]:
             "--change",
             'CMD ["python3"]',
             "--change",
-            "LABEL org.gpustack.test=bench-container-route",
+            "LABEL org.gpurig.test=bench-container-route",
             name,
             tag,
         )
@@ -273,7 +273,7 @@ def read(path: Path) -> str:
 def test_an_image_that_is_not_here_is_refused_before_launch(
     tmp_path: Path, image: tuple[str, bool]
 ) -> None:
-    missing = f"local/gpustack-bench-absent:{uuid.uuid4().hex[:8]}"
+    missing = f"local/gpurig-bench-absent:{uuid.uuid4().hex[:8]}"
     done = subprocess.run(
         [
             sys.executable,

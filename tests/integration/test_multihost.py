@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -23,36 +24,34 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from integration_support import INFRA, REPO, TINY, bench_env, require_netns_hosts
-
-NETNS = INFRA / "netns.sh"
-SUBNET = "10.213.0"
-PORT = 2213
-HOST1, HOST2, HOST3 = f"{SUBNET}.11", f"{SUBNET}.12", f"{SUBNET}.13"
+import yaml
+from integration_support import (
+    HOST1,
+    HOST2,
+    HOST3,
+    PORT,
+    REPO,
+    SUBNET,
+    TINY,
+    bench_env,
+    netns_fleet,
+)
 
 pytestmark = pytest.mark.multihost
 
 
-@pytest.fixture(scope="module")
-def hosts(tmp_path_factory: pytest.TempPathFactory):
-    """Three namespace hosts with sshd; yields the state directory (keys, ssh_config)."""
-    require_netns_hosts("network namespaces and sshd")
-    state = tmp_path_factory.mktemp("netns") / "state"
-    env = {
-        **os.environ,
-        "GSB_NETNS_STATE": str(state),
-        "GSB_NETNS_SUBNET": SUBNET,
-        "GSB_NETNS_SSH_PORT": str(PORT),
-    }
-    subprocess.run([str(NETNS), "down"], env=env, check=True, capture_output=True, timeout=120)
-    up = subprocess.run(
-        [str(NETNS), "up", "3"], env=env, capture_output=True, text=True, timeout=120
+def distributions(python: Path, name: str) -> list[str]:
+    """Where the environment's own site-packages holds a distribution called `name`."""
+    code = (
+        "import importlib.metadata as m, os, sys, sysconfig;"
+        "own = os.path.realpath(sysconfig.get_path('purelib'));"
+        "print(*(d.locate_file('') for d in m.distributions(name=sys.argv[1])"
+        " if os.path.realpath(d.locate_file('')) == own))"
     )
-    try:
-        assert up.returncode == 0, up.stderr
-        yield state
-    finally:
-        subprocess.run([str(NETNS), "down"], env=env, capture_output=True, timeout=120)
+    done = subprocess.run(
+        [str(python), "-c", code, name], capture_output=True, text=True, check=True
+    )
+    return done.stdout.split()
 
 
 def ssh_args(state: Path) -> list[str]:
@@ -103,7 +102,7 @@ def run_processes_in(netns: str) -> list[int]:
 
 
 def tagged_processes(settle_s: float = 10.0) -> list[int]:
-    """Processes of any bench run (they carry GPUSTACK_BENCH_RUN), in any namespace, that are
+    """Processes of any bench run (they carry GPURIG_BENCH_RUN), in any namespace, that are
     still there after `settle_s`: a remote rank or its sshd session may take a moment to finish
     exiting after the controller has its result; a leftover stays."""
     deadline = time.monotonic() + settle_s
@@ -113,7 +112,7 @@ def tagged_processes(settle_s: float = 10.0) -> list[int]:
             if not entry.name.isdigit():
                 continue
             try:
-                if b"GPUSTACK_BENCH_RUN=" in (entry / "environ").read_bytes():
+                if b"GPURIG_BENCH_RUN=" in (entry / "environ").read_bytes():
                     found.append(int(entry.name))
             except OSError:
                 continue
@@ -284,35 +283,52 @@ def test_playbook_runs_the_sweep_on_the_hosts_and_fetches_results(
     # The hosts share this machine's filesystem: one environment, which both install the wheel into.
     python = bench_env(tmp_path / "env")
     inventory = tmp_path / "inventory.yml"
-    inventory.write_text(
-        json.dumps(
-            {
-                "all": {
-                    "children": {
-                        "gpu_nodes": {
-                            "hosts": {
-                                "gsb1": {"ansible_host": HOST1},
-                                "gsb2": {"ansible_host": HOST2},
-                            },
-                            "vars": {
-                                "ansible_port": PORT,
-                                "ansible_user": "root",
-                                "ansible_ssh_private_key_file": str(hosts / "id_ed25519"),
-                                "ansible_ssh_common_args": (
-                                    f"-o UserKnownHostsFile={hosts / 'known_hosts'} "
-                                    "-o StrictHostKeyChecking=yes"
-                                ),
-                                "ansible_python_interpreter": "/usr/bin/python3",
-                                "bench_python": str(python),
-                                "bench_gpus_per_node": 1,
-                                "bench_workdir": str(tmp_path / "remote"),
-                            },
-                        }
-                    }
-                }
-            }
-        )
+    inventory.write_text(json.dumps(netns_fleet(hosts, python, 1, tmp_path / "remote")))
+    # What bench.yml made under the project's former name: the bench installed in the environment
+    # with its wheel's directory, and gsb1's key pair, already authorized on gsb2. bench.yml
+    # uninstalls the one and adopts the other under the present name instead of making and
+    # authorizing a second key.
+    (adopt,) = yaml.safe_load((REPO / "playbooks/tasks/former-name.yml").read_text())
+    former = adopt["vars"]["former_name"]
+    checkout = tmp_path / "former-checkout"
+    shutil.copytree(
+        REPO / "bench", checkout / "bench", ignore=shutil.ignore_patterns("__pycache__")
     )
+    for name in ("README.md", "LICENSE"):
+        shutil.copy2(REPO / name, checkout / name)
+    pyproject = (REPO / "pyproject.toml").read_text()
+    (checkout / "pyproject.toml").write_text(
+        pyproject.replace('name = "gpurig-bench"', f'name = "{former}-bench"')
+    )
+    subprocess.run(
+        [
+            str(python),
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            str(checkout),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert distributions(python, f"{former}-bench")
+    (tmp_path / "env" / "src" / f"{former}-bench").mkdir(parents=True)
+    dot_ssh = hosts / "gsb1" / "dot-ssh"
+    for leftover in dot_ssh.glob("*_bench_ed25519*"):
+        leftover.unlink()
+    former_key = dot_ssh / f"{former}_bench_ed25519"
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "", "-f", str(former_key)], check=True
+    )
+    former_public = former_key.with_suffix(".pub").read_text().split()[1]
+    authorized = hosts / "gsb2" / "dot-ssh" / "authorized_keys"
+    with authorized.open("a") as keys:
+        keys.write(f"ssh-ed25519 {former_public} {former}-bench launch key\n")
     results = tmp_path / "results"
     extra = {
         "bench_results_dir": str(results),
@@ -358,9 +374,9 @@ def test_playbook_runs_the_sweep_on_the_hosts_and_fetches_results(
     assert (run["nodes"], run["hosts"]) == (2, f"{HOST1}:1,{HOST2}:1")
     assert (directory / "report.md").exists()
     # the sweep ran the wheel bench.yml built from this checkout and installed (python_env's tasks)
-    shipped = tmp_path / "env" / "src" / "gpustack-bench"
+    shipped = tmp_path / "env" / "src" / "gpurig-bench"
     (wheel,) = shipped.iterdir()
-    stamp = (tmp_path / "env" / "src" / "gpustack-bench.installed").read_text().strip()
+    stamp = (tmp_path / "env" / "src" / "gpurig-bench.installed").read_text().strip()
     assert stamp == hashlib.sha256(wheel.read_bytes()).hexdigest()
     where = subprocess.run(
         [str(python), "-c", "import bench; print(bench.__file__)"],
@@ -371,8 +387,12 @@ def test_playbook_runs_the_sweep_on_the_hosts_and_fetches_results(
     ).stdout
     assert where.startswith(str(tmp_path / "env" / "lib")), where
     # passwordless ssh between the hosts: gsb1's key is authorized on gsb2, gsb2 is known on gsb1
-    public = (hosts / "gsb1" / "dot-ssh" / "gpustack_bench_ed25519.pub").read_text().split()[1]
-    assert public in (hosts / "gsb2" / "dot-ssh" / "authorized_keys").read_text()
+    public = (hosts / "gsb1" / "dot-ssh" / "gpurig_bench_ed25519.pub").read_text().split()[1]
+    assert public == former_public
+    assert authorized.read_text().count(public) == 1
+    assert not [p for p in dot_ssh.iterdir() if former in p.name]
+    assert distributions(python, f"{former}-bench") == []
+    assert not (tmp_path / "env" / "src" / f"{former}-bench").exists()
     known_hosts = hosts / "gsb1" / "dot-ssh" / "known_hosts"
     known = subprocess.run(
         ["ssh-keygen", "-F", f"[{HOST2}]:{PORT}", "-f", str(known_hosts)],
@@ -413,7 +433,7 @@ def test_resume_first_stops_what_an_earlier_controller_left_on_a_host(
     # a rank an earlier controller left on gsb2: the sweep's tag, inside that host
     left = subprocess.Popen(
         ["nsenter", "--net=/run/netns/gsb2", "--", "sleep", "300"],
-        env={**os.environ, "GPUSTACK_BENCH_SWEEP": sweep_id},
+        env={**os.environ, "GPURIG_BENCH_SWEEP": sweep_id},
     )
     try:
         resumed = subprocess.run(
@@ -475,22 +495,7 @@ def acceptance(hosts: Path, tmp_path: Path, *args: str, fault: str = "") -> tupl
     from test_verify_checks import EXPECTED, standin
 
     inventory = tmp_path / "inventory.yml"
-    common = {
-        "ansible_port": PORT,
-        "ansible_user": "root",
-        "ansible_ssh_private_key_file": str(hosts / "id_ed25519"),
-        "ansible_ssh_common_args": (
-            f"-o UserKnownHostsFile={hosts / 'known_hosts'} -o StrictHostKeyChecking=yes"
-        ),
-        "ansible_python_interpreter": "/usr/bin/python3",
-        "bench_python": sys.executable,
-        "bench_gpus_per_node": 2,
-        "bench_workdir": str(tmp_path / "remote"),
-    }
-    group = {"hosts": {"gsb1": {"ansible_host": HOST1}, "gsb2": {"ansible_host": HOST2}}}
-    inventory.write_text(
-        json.dumps({"all": {"children": {"gpu_nodes": {**group, "vars": common}}}})
-    )
+    inventory.write_text(json.dumps(netns_fleet(hosts, sys.executable, 2, tmp_path / "remote")))
     report = tmp_path / "acceptance"
     extra = {
         **EXPECTED,

@@ -2,7 +2,7 @@
 
 verify.yml runs over a local connection with every tool and file it reads pointed (by its
 verify_* variables) at tests/standin/tools: outputs copied from the real tools, chosen per check by
-GPUSTACK_STANDIN_FAULTS. A healthy run must pass every check and exit 0; a faulty run must fail
+GPURIG_STANDIN_FAULTS. A healthy run must pass every check and exit 0; a faulty run must fail
 every check with its own message and exit non-zero. So inverting any check's logic fails a test.
 gpus_present's fault (no GPU on the PCI bus) changes what every other check compares with, so it
 runs alone, with --tags driver (which also shows the tags still select their checks).
@@ -85,7 +85,9 @@ def run_verify(tmp: Path, faults: set[str], *args: str) -> tuple[subprocess.Comp
     return proc, {check["check"]: check for check in checks}
 
 
-def verify_process(tmp: Path, faults: set[str], *args: str) -> subprocess.CompletedProcess:
+def verify_process(
+    tmp: Path, faults: set[str], *args: str, playbook: str = "verify.yml"
+) -> subprocess.CompletedProcess:
     if not PLAYBOOK.exists():
         unavailable("ansible-playbook is not installed beside this Python")
     inventory = tmp / "hosts.yml"
@@ -107,7 +109,7 @@ def verify_process(tmp: Path, faults: set[str], *args: str) -> subprocess.Comple
         [
             str(PLAYBOOK),
             *("-i", str(inventory), "-e", f"@{tmp / 'extra.json'}", *args),
-            str(REPO / "playbooks" / "verify.yml"),
+            str(REPO / "playbooks" / playbook),
         ],
         cwd=REPO,
         env=env,
@@ -129,6 +131,51 @@ def test_a_bad_floors_table_is_refused_before_any_check_runs(tmp_path):
     assert "verify_hardware_floors" in said and "value" in said, said[-3000:]
     assert "missing required arguments: kind, source" in said, said[-3000:]
     assert not (tmp_path / "report" / "gpuhost.json").exists()  # no check ran
+
+
+# Thresholds given as a user might mistype them: each refused, naming the variable, before any check
+# is recorded (no report); as numbers they would compare as 0, or run `dcgmi diag -r 7`.
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        (
+            {"verify_nccl_tests_min_busbw_gbs": "abc"},
+            "argument 'verify_nccl_tests_min_busbw_gbs' is of type str and we were unable to "
+            "convert to float",
+        ),
+        (
+            {"verify_dcgm_diag_level": "7"},
+            "value of verify_dcgm_diag_level must be one of: 1, 2, 3, 4, got: 7",
+        ),
+        (
+            {"verify_expected_gpus": "eight"},
+            "argument 'verify_expected_gpus' is of type str and we were unable to convert to int",
+        ),
+        (
+            {"verify_ecc_max_uncorrected": -1},
+            "verify_ecc_max_uncorrected must be 0 or more, got -1.",
+        ),
+    ],
+)
+def test_a_bad_threshold_is_refused_before_any_check_is_recorded(tmp_path, given, said):
+    proc = verify_process(tmp_path, set(), "-e", json.dumps(given), "--tags", "driver")
+    out = " ".join(proc.stdout.split())
+    assert proc.returncode != 0
+    assert said in out, out[-3000:]
+    assert not (tmp_path / "report" / "gpuhost.json").exists()
+
+
+def test_acceptance_refuses_a_diag_level_that_is_not_a_number_before_any_check(tmp_path):
+    report = tmp_path / "acceptance"
+    given = {"acceptance_dcgm_diag_level": "abc", "acceptance_report_dir": str(report)}
+    proc = verify_process(tmp_path, set(), "-e", json.dumps(given), playbook="acceptance.yml")
+    out = " ".join(proc.stdout.split())
+    assert proc.returncode != 0
+    assert (
+        "argument 'acceptance_dcgm_diag_level' is of type str and we were unable to convert to int"
+        in out
+    ), out[-3000:]
+    assert not report.exists()
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""playbooks/acceptance.yml's verdicts (filter_plugins/gpustack_acceptance.py): a node passes only
+"""playbooks/acceptance.yml's verdicts (filter_plugins/gpurig_acceptance.py): a node passes only
 with every verify check passed and every GPU measured and within the per-GPU threshold; the fleet
 summary names each failing node and GPU, slowest first."""
 
@@ -14,7 +14,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location(
-    "gpustack_acceptance", REPO / "filter_plugins/gpustack_acceptance.py"
+    "gpurig_acceptance", REPO / "filter_plugins/gpurig_acceptance.py"
 )
 acceptance = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(acceptance)

@@ -61,17 +61,17 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 def test_wheel_holds_the_checkouts_modules_and_metadata(built) -> None:
     result = built
-    assert result["name"] == "gpustack_bench-0.1.0-py3-none-any.whl"
+    assert result["name"] == "gpurig_bench-0.1.0-py3-none-any.whl"
     # this interpreter has pyproject.toml's build requirements: built offline
     assert (result["isolated"], result["reason"]) == (False, "")
     with zipfile.ZipFile(result["wheel"]) as wheel:
         names = wheel.namelist()
-        metadata = wheel.read("gpustack_bench-0.1.0.dist-info/METADATA").decode()
+        metadata = wheel.read("gpurig_bench-0.1.0.dist-info/METADATA").decode()
         stamps = {info.date_time for info in wheel.infolist()}
         modes = {i.filename: (i.external_attr >> 16) & 0o777 for i in wheel.infolist()}
     assert sorted(n for n in names if n.startswith("bench/")) == checkout_modules()
     assert not [n for n in names if "__pycache__" in n or n.endswith((".pyc", ".pyo"))]
-    assert "Name: gpustack-bench" in metadata.splitlines()
+    assert "Name: gpurig-bench" in metadata.splitlines()
     # every entry stamped 1980-01-01 (SOURCE_DATE_EPOCH), every file 0644 whatever the checkout's
     assert stamps == {(1980, 1, 1, 0, 0, 0)}
     assert {modes[n] for n in names if n.startswith("bench/")} == {0o644}

@@ -1,4 +1,4 @@
-"""filter_plugins/gpustack_health.py: each health check on real tool output, healthy and faulty.
+"""filter_plugins/gpurig_health.py: each health check on real tool output, healthy and faulty.
 
 The fixtures in tests/fixtures/health/ are real output copied from public threads (SOURCES.md
 there names each); a check whose verdict were inverted fails one of the two cases.
@@ -17,7 +17,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests/fixtures/health"
-spec = importlib.util.spec_from_file_location("health", ROOT / "filter_plugins/gpustack_health.py")
+spec = importlib.util.spec_from_file_location("health", ROOT / "filter_plugins/gpurig_health.py")
 health = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(health)
 # verify.yml's verify_throttle_fault_reasons default.

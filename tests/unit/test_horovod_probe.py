@@ -56,7 +56,7 @@ BUNDLE = {
 
 def settings(**changes):
     base = {
-        "record_path": "/opt/venvs/train/gpustack-horovod.json",
+        "record_path": "/opt/venvs/train/gpurig-horovod.json",
         "env_path": "/opt/venvs/train",
         "version": "0.28.1",
         "gpu_operations": "nccl",

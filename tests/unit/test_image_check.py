@@ -133,7 +133,7 @@ def test_docker_run_argv() -> None:
     )
     assert argv == [
         *("docker", "run", "--rm", "--pull", "never", "--init", "--name", "gsb-x-1"),
-        *("--network", "host", "--ipc", "host", "--label", "org.gpustack.bench.launch=x"),
+        *("--network", "host", "--ipc", "host", "--label", "org.gpurig.bench.launch=x"),
         *("--ulimit", "memlock=-1", "--ulimit", "stack=67108864", "--gpus", "all"),
         *("--volume", f"/src/bench:{BENCH_MOUNT}/bench:ro", "--volume", "/data:/data:ro"),
         *("--volume", "/tmp/logs:/tmp/logs"),
@@ -253,7 +253,7 @@ def test_ssh_runs_torchrun_in_the_image_on_every_node() -> None:
         argv = list(command.argv)
         assert command.enclosure.name == f"gsb-{launch.launch_id.replace('@', '_')}-gsb-abc-{index}"
         assert f"/srv/bench/bench:{BENCH_MOUNT}/bench:ro" in argv  # the node's checkout
-        log_dir = f"/tmp/gpustack-bench/gsb-abc/{command.host}"
+        log_dir = f"/tmp/gpurig-bench/gsb-abc/{command.host}"
         assert f"{log_dir}:{log_dir}" in argv  # torchrun's rank logs, fetched after the run
         assert argv_after(argv, DIGEST)[0] == "/usr/bin/python3"
         assert "NCCL_IB_HCA" in [argv[i + 1] for i, w in enumerate(argv) if w == "--env"]

@@ -2,7 +2,7 @@
 through bench.rank.wire, two workers under TF_CONFIG; and what it refuses (bench.rank.tf_rules).
 
 The TensorFlow tests need tensorflow-cpu (constraints.txt; scripts/test.sh installs it): they
-skip without it, and fail under GPUSTACK_REQUIRE_ALL_TESTS=1 (CI) so nothing passes by skipping.
+skip without it, and fail under GPURIG_REQUIRE_ALL_TESTS=1 (CI) so nothing passes by skipping.
 Each runs real processes: TensorFlow's devices are fixed once per process.
 """
 
@@ -35,8 +35,8 @@ TIMEOUT_S = 240
 @pytest.fixture
 def tensorflow() -> None:
     if importlib.util.find_spec("tensorflow") is None:
-        if os.environ.get("GPUSTACK_REQUIRE_ALL_TESTS") == "1":
-            pytest.fail("GPUSTACK_REQUIRE_ALL_TESTS=1 but tensorflow is not installed")
+        if os.environ.get("GPURIG_REQUIRE_ALL_TESTS") == "1":
+            pytest.fail("GPURIG_REQUIRE_ALL_TESTS=1 but tensorflow is not installed")
         pytest.skip("tensorflow is not installed (pip install -c constraints.txt tensorflow-cpu)")
 
 

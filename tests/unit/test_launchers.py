@@ -56,7 +56,7 @@ def test_torchrun_argv() -> None:
         args=["--spec", "X"],
         is_host=True,
         local_addr="10.0.0.1",
-        log_dir="/tmp/gpustack-bench/t/node1",
+        log_dir="/tmp/gpurig-bench/t/node1",
     )
     assert argv == [
         "/venv/bin/python",
@@ -70,7 +70,7 @@ def test_torchrun_argv() -> None:
         f"--rdzv-conf=is_host=1,join_timeout={JOIN_TIMEOUT_S}",
         "--max-restarts=0",
         "--local-addr=10.0.0.1",
-        "--log-dir=/tmp/gpustack-bench/t/node1",
+        "--log-dir=/tmp/gpurig-bench/t/node1",
         "--tee=3",
         "--module",
         "bench.rank.worker",

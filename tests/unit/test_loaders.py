@@ -610,12 +610,12 @@ def test_dali_pipeline_on_cpu_operators_shards_disjointly_and_reshuffles(
     """The DALI pipeline with every operator on the CPU (no GPU here): arguments DALI accepts,
     output shape and normalisation, disjoint shards that change each epoch. Runs only where
     DALI is installed: scripts/test.sh installs it (nvidia-dali-cuda120, CPU operators only here),
-    so under GPUSTACK_REQUIRE_ALL_TESTS=1 (CI) a missing DALI fails instead of skipping."""
+    so under GPURIG_REQUIRE_ALL_TESTS=1 (CI) a missing DALI fails instead of skipping."""
     try:
         import nvidia.dali  # noqa: F401
     except ImportError:
-        if os.environ.get("GPUSTACK_REQUIRE_ALL_TESTS") == "1":
-            pytest.fail("GPUSTACK_REQUIRE_ALL_TESTS=1 but NVIDIA DALI is not installed")
+        if os.environ.get("GPURIG_REQUIRE_ALL_TESTS") == "1":
+            pytest.fail("GPURIG_REQUIRE_ALL_TESTS=1 but NVIDIA DALI is not installed")
         pytest.skip("NVIDIA DALI is not installed (pip install nvidia-dali-cuda120)")
     from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
 

@@ -79,7 +79,7 @@ SITE_CASES: dict[str, tuple[dict, str, str]] = {
 GOOD_ALIASES = {
     "good": {},
     # The container runtime's validate.yml loops over its URLs and fingerprints.
-    "good-with-containers": {"gpustack_container_runtime": True},
+    "good-with-containers": {"gpurig_container_runtime": True},
     # The allow flags let plain http through.
     "good-http-allowed": {
         "conda_channel_alias": "http://conda.mirror.example",
@@ -137,7 +137,7 @@ def site_preflight(tmp_path_factory):
     }
     path = inventory(tmp_path_factory.mktemp("preflight") / "hosts.yml", aliases)
     # The contact checks reach the real sources: not from a unit test.
-    proc = run("site.yml", path, "--tags", "preflight", "-e", "gpustack_contact_checks=false")
+    proc = run("site.yml", path, "--tags", "preflight", "-e", "gpurig_contact_checks=false")
     return proc, failures(proc.stdout)
 
 

@@ -1,4 +1,4 @@
-"""filter_plugins/gpustack_preflight.py: which roles site.yml's preflight checks for a run's tags,
+"""filter_plugins/gpurig_preflight.py: which roles site.yml's preflight checks for a run's tags,
 and what it says about variables no role declares or that site.yml passes itself.
 
 The pure functions are checked against site.yml's own role table and playbooks/vars/shared.yml; one
@@ -21,7 +21,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 PLAYBOOK = Path(sys.executable).with_name("ansible-playbook")
 spec = importlib.util.spec_from_file_location(
-    "gpustack_preflight", REPO / "filter_plugins/gpustack_preflight.py"
+    "gpurig_preflight", REPO / "filter_plugins/gpurig_preflight.py"
 )
 preflight = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(preflight)
@@ -90,7 +90,7 @@ def test_undeclared_names_carry_a_role_prefix_and_no_role_declares_them():
         "nvidia_driver_branch",  # declared
         "cuda_tolkit_version",  # misspelt
         "ansible_host",  # not a role's
-        "gpustack_strict_vars",  # not a role's
+        "gpurig_strict_vars",  # not a role's
         "nvidia",  # the prefix alone, no underscore
         "nvidiadriver_branch",  # no role's prefix
     ]
@@ -111,10 +111,10 @@ def test_the_filters_compare_with_every_role_s_argument_spec():
     assert "package_hold" in helpers
     declared = [spec_options(role)[0] for role in [*GROUPS, *helpers]]
     misspelt = [name + "x" for name in declared]
-    assert filters["gpustack_undeclared_variables"](
-        declared + misspelt + ["ansible_host"]
-    ) == sorted(misspelt)
-    message = filters["gpustack_undeclared_message"](["nvidia_driver_brnach"], strict=True)
+    assert filters["gpurig_undeclared_variables"](declared + misspelt + ["ansible_host"]) == sorted(
+        misspelt
+    )
+    message = filters["gpurig_undeclared_message"](["nvidia_driver_brnach"], strict=True)
     assert message.endswith("nvidia_driver_brnach: did you mean nvidia_driver_branch? ")
 
 
@@ -142,7 +142,7 @@ def test_nothing_alike_suggests_nothing():
 def test_the_warning_names_the_variable_and_what_it_may_mean():
     assert preflight.undeclared_message(["nvidia_driver_brnach"], DECLARED) == (
         "WARNING: nvidia_driver_brnach is set but no role declares it (a misspelling? nothing reads"
-        " it). nvidia_driver_brnach: did you mean nvidia_driver_branch? Set gpustack_strict_vars:"
+        " it). nvidia_driver_brnach: did you mean nvidia_driver_branch? Set gpurig_strict_vars:"
         " true to stop on this."
     )
 
@@ -150,7 +150,7 @@ def test_the_warning_names_the_variable_and_what_it_may_mean():
 def test_the_refusal_names_each_variable_and_skips_those_without_a_suggestion():
     names = ["nccl_foo", "nvidia_drv_branch"]
     assert preflight.undeclared_message(names, DECLARED, strict=True) == (
-        "nccl_foo, nvidia_drv_branch: set, but no role declares them (gpustack_strict_vars is"
+        "nccl_foo, nvidia_drv_branch: set, but no role declares them (gpurig_strict_vars is"
         " true). nvidia_drv_branch: did you mean nvidia_driver_allow_eol_branch or"
         " nvidia_driver_branch? "
     )
@@ -165,7 +165,7 @@ def test_given_variables_that_shared_yml_sets_are_named_with_what_they_take():
     assert overridden == ["cudnn_cuda_version", "horovod_env_path"]
     assert preflight.overridden_message(overridden, SHARED, strict=True) == (
         "cudnn_cuda_version, horovod_env_path: given, but site.yml passes a value of its own"
-        " (playbooks/vars/shared.yml; gpustack_strict_vars is true): cudnn_cuda_version takes"
+        " (playbooks/vars/shared.yml; gpurig_strict_vars is true): cudnn_cuda_version takes"
         " cuda_toolkit_version; horovod_env_path takes python_env_path. Set that variable instead."
     )
     assert preflight.overridden_message(["gpu_prereqs_driver_modules_signed"], SHARED) == (
@@ -173,7 +173,7 @@ def test_given_variables_that_shared_yml_sets_are_named_with_what_they_take():
         " own (playbooks/vars/shared.yml), which wins over the inventory"
         " (gpu_prereqs_driver_modules_signed takes nvidia_driver_source == 'distro' and"
         " nvidia_driver_distro_signed_modules | bool). Set that variable instead. Set"
-        " gpustack_strict_vars: true to stop on this."
+        " gpurig_strict_vars: true to stop on this."
     )
 
 
@@ -181,9 +181,9 @@ def test_given_variables_that_shared_yml_sets_are_named_with_what_they_take():
 
 ALIASES = {
     "misspelt": {"nvidia_driver_brnach": "550"},
-    "misspelt-strict": {"nvidia_driver_brnach": "550", "gpustack_strict_vars": True},
+    "misspelt-strict": {"nvidia_driver_brnach": "550", "gpurig_strict_vars": True},
     "overridden": {"cudnn_cuda_version": "12.2"},
-    "containers-on": {"gpustack_container_runtime": True},
+    "containers-on": {"gpurig_container_runtime": True},
 }
 
 
@@ -205,7 +205,7 @@ def preflight_run(tmp_path_factory):
     # --tags preflight,containers selects every role; --skip-tags leaves only container_runtime,
     # which is off but on containers-on. Only the preflight runs (no role is tagged preflight).
     args = ["--tags", "preflight,containers", "--skip-tags", "nvidia,python"]
-    args += ["-e", "gpustack_contact_checks=false"]
+    args += ["-e", "gpurig_contact_checks=false"]
     proc = subprocess.run(
         [str(PLAYBOOK), "-i", str(inventory), *args, str(REPO / "site.yml")],
         cwd=REPO,
@@ -232,7 +232,7 @@ def test_site_yml_names_the_misspelling_and_refuses_it_when_strict(preflight_run
     )
     assert shown(warned, "misspelt-strict") is None and shown(warned, "overridden") is None
     refused = preflight_run[
-        "Refuse variables that look like a role's but that no role declares (gpustack_strict_vars)."
+        "Refuse variables that look like a role's but that no role declares (gpurig_strict_vars)."
     ]
     assert refused["misspelt-strict"]["failed"]
     assert "did you mean nvidia_driver_branch" in refused["misspelt-strict"]["msg"]

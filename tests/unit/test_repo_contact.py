@@ -25,13 +25,13 @@ spec = importlib.util.spec_from_file_location("repo_contact", SCRIPT)
 contact = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(contact)
 
-REQUIRE_ALL = os.environ.get("GPUSTACK_REQUIRE_ALL_TESTS") == "1"
+REQUIRE_ALL = os.environ.get("GPURIG_REQUIRE_ALL_TESTS") == "1"
 
 
 def need(tool: str) -> None:
     if shutil.which(tool) is None:
         if REQUIRE_ALL:
-            pytest.fail(f"{tool} is required (GPUSTACK_REQUIRE_ALL_TESTS=1)")
+            pytest.fail(f"{tool} is required (GPURIG_REQUIRE_ALL_TESTS=1)")
         pytest.skip(f"{tool} is not installed")
 
 

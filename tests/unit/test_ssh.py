@@ -437,7 +437,7 @@ def test_an_overrun_is_stopped_on_the_node_with_the_common_policy(tmp_path: Path
 
 def test_success_needs_no_cleanup(tmp_path: Path) -> None:
     commands = [
-        NodeCommand("localhost", ("sh", "-c", 'echo "$X $GPUSTACK_BENCH_RUN $PWD"'), {"X": "1"})
+        NodeCommand("localhost", ("sh", "-c", 'echo "$X $GPURIG_BENCH_RUN $PWD"'), {"X": "1"})
     ]
     result = run_on_nodes(
         commands,

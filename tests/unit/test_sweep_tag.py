@@ -1,4 +1,4 @@
-"""Every process of a launch carries the sweep's tag (GPUSTACK_BENCH_SWEEP=<sweep id>),
+"""Every process of a launch carries the sweep's tag (GPURIG_BENCH_SWEEP=<sweep id>),
 wherever it runs: this machine, a node (over ssh or an srun step, in a container). The
 tag is set in one place, bench.launchers.rank_environment; a resume finds what an earlier
 controller left by it (tests/unit/test_resume.py)."""

@@ -1,7 +1,7 @@
 """Every role variable has a kind, and each kind refuses the bad values of its kind.
 
 filter_plugins/variable_kinds.yml names the kind of every option of every role's
-meta/argument_specs.yml; filter_plugins/gpustack_kinds.py holds the checks every role's validate.yml
+meta/argument_specs.yml; filter_plugins/gpurig_kinds.py holds the checks every role's validate.yml
 runs first. These tests call the same functions the play calls, with no Ansible run
 (tests/unit/test_preflight_kinds.py runs the real preflight). A new option without a kind fails
 test_every_option_has_a_kind.
@@ -29,14 +29,14 @@ def load_plugin(path: Path, name: str):
     return module
 
 
-kinds = load_plugin(REPO / "filter_plugins" / "gpustack_kinds.py", "gpustack_kinds_under_test")
+kinds = load_plugin(REPO / "filter_plugins" / "gpurig_kinds.py", "gpurig_kinds_under_test")
 
 SPECS = kinds.argument_specs()
 TABLE = kinds.variable_kinds()
 # The playbooks' own switches in the table: not role options.
 PLAYBOOK_SWITCHES = {
-    "gpustack_strict_vars": "site.yml",
-    "gpustack_container_runtime": "site.yml",
+    "gpurig_strict_vars": "site.yml",
+    "gpurig_container_runtime": "site.yml",
     "upgrade_driver_serial": "playbooks/upgrade-driver.yml",
 }
 OPTIONS = sorted({(role, name) for role, options in SPECS.items() for name in options})
@@ -287,7 +287,7 @@ def test_validate_runs_the_kind_check_first_or_after_the_os_check(role):
     names = [task["name"] for task in tasks]
     index = names.index("Check each variable by its kind.")
     task = tasks[index]
-    assert f"'{role}' | gpustack_kind_variables" in task["vars"][f"{role}_kind_variables"]
+    assert f"'{role}' | gpurig_kind_variables" in task["vars"][f"{role}_kind_variables"]
     # Only what makes the role's defaults renderable (the OS, compat.yml's entry) comes before.
     assert index <= 2, f"{role}: the kind check is task {index + 1} of validate.yml"
 
@@ -313,14 +313,14 @@ def test_shared_values_go_between_variables_of_the_same_kind():
 
 def test_the_test_plugin_offers_the_same_checks():
     tests = load_plugin(
-        REPO / "test_plugins" / "gpustack_kinds.py", "gpustack_kinds_tests"
+        REPO / "test_plugins" / "gpurig_kinds.py", "gpurig_kinds_tests"
     ).TestModule()
     offered = tests.tests()
-    assert offered["gpustack_pep440"]("2.15.0") and not offered["gpustack_pep440"]("newest")
-    assert offered["gpustack_https_url"]("http://x.example/", True)
-    assert not offered["gpustack_https_url"]("http://x.example/")
-    assert offered["gpustack_hex_digest"]("ab" * 32, 64)
-    assert set(offered) == {"gpustack_" + name for name in kinds.JINJA_TESTS}
+    assert offered["gpurig_pep440"]("2.15.0") and not offered["gpurig_pep440"]("newest")
+    assert offered["gpurig_https_url"]("http://x.example/", True)
+    assert not offered["gpurig_https_url"]("http://x.example/")
+    assert offered["gpurig_hex_digest"]("ab" * 32, 64)
+    assert set(offered) == {"gpurig_" + name for name in kinds.JINJA_TESTS}
 
 
 def test_plugins_are_registered_in_ansible_cfg_and_for_molecule():

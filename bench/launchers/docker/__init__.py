@@ -41,8 +41,8 @@ from bench.launchers.stop import STOP, StopPolicy
 from bench.paths import bench_pythonpath
 from bench.spec import RunSpec, knob
 
-BENCH_MOUNT = "/opt/gpustack-bench"  # the bench package appears as BENCH_MOUNT/bench
-LABEL = "org.gpustack.bench.launch"  # docker ps --filter label=org.gpustack.bench.launch
+BENCH_MOUNT = "/opt/gpurig-bench"  # the bench package appears as BENCH_MOUNT/bench
+LABEL = "org.gpurig.bench.launch"  # docker ps --filter label=org.gpurig.bench.launch
 # Passed whenever set on the docker CLI (-e NAME), besides what the launcher sets.
 PASSED_NAMES = (RUN_TAG_VAR, "CUDA_VISIBLE_DEVICES")
 ULIMITS = (

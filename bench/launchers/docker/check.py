@@ -38,7 +38,7 @@ DOCKER_FAILED = 125  # docker run: the daemon could not create or start the cont
 SURVEY_TIMEOUT_S = 300  # a large image's first torch import on a cold disk takes a while
 ROLE_HINT = (
     "install the NVIDIA Container Toolkit and configure Docker for it: the container_runtime "
-    "role does both (ansible-playbook site.yml -e gpustack_container_runtime=true), or "
+    "role does both (ansible-playbook site.yml -e gpurig_container_runtime=true), or "
     "`nvidia-ctk runtime configure --runtime=docker` and restart dockerd"
 )
 # Run inside the image: the node survey, where the interpreter and horovodrun are, and with

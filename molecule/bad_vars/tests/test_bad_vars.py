@@ -179,7 +179,7 @@ CASES: dict[str, tuple[dict, str, str]] = {
     ),
     # site.yml passes cuda_toolkit_version as nccl_cuda_version: an inventory value has no effect
     "NCCL CUDA release that site.yml overrides, strict": (
-        {"nccl_cuda_version": "12.4", "gpustack_strict_vars": True},
+        {"nccl_cuda_version": "12.4", "gpurig_strict_vars": True},
         "nccl_cuda_version",
         "cuda_toolkit_version",
     ),
@@ -196,7 +196,7 @@ CASES: dict[str, tuple[dict, str, str]] = {
     ),
     # site.yml passes nvidia_driver_branch as dcgm_driver_branch: an inventory value has no effect
     "DCGM driver branch that site.yml overrides, strict": (
-        {"dcgm_driver_branch": "535", "gpustack_strict_vars": True},
+        {"dcgm_driver_branch": "535", "gpurig_strict_vars": True},
         "dcgm_driver_branch",
         "nvidia_driver_branch",
     ),
@@ -268,41 +268,41 @@ CASES: dict[str, tuple[dict, str, str]] = {
         "nccl_tests_sha256",
         "abc123",
     ),
-    # container_runtime (checked only where site.yml runs it: gpustack_container_runtime)
+    # container_runtime (checked only where site.yml runs it: gpurig_container_runtime)
     "unknown container engine source": (
-        {"gpustack_container_runtime": True, "container_runtime_engine_source": "podman"},
+        {"gpurig_container_runtime": True, "container_runtime_engine_source": "podman"},
         "container_runtime_engine_source",
         "podman",
     ),
     "toolkit version without its revision": (
-        {"gpustack_container_runtime": True, "container_runtime_toolkit_version": "1.20.0"},
+        {"gpurig_container_runtime": True, "container_runtime_toolkit_version": "1.20.0"},
         "container_runtime_toolkit_version",
         '"1.20.0"',
     ),
     "docker version with Docker's epoch and suffix": (
         {
-            "gpustack_container_runtime": True,
+            "gpurig_container_runtime": True,
             "container_runtime_docker_version": "5:29.4.1-1~debian.12~bookworm",
         },
         "container_runtime_docker_version",
         "5:29.4.1-1~debian.12~bookworm",
     ),
     "container runtime switch not a boolean": (
-        {"gpustack_container_runtime": "sometimes"},
-        "gpustack_container_runtime",
+        {"gpurig_container_runtime": "sometimes"},
+        "gpurig_container_runtime",
         "sometimes",
     ),
-    # site.yml: a misspelt variable, refused with gpustack_strict_vars (a warning without it)
+    # site.yml: a misspelt variable, refused with gpurig_strict_vars (a warning without it)
     # Two letters swapped: the hint names the one variable with the same letters (a misspelt middle
     # word would also match every nvidia_..._branch, e.g. nvidia_driver_allow_eol_branch).
     "misspelt variable, strict": (
-        {"nvidia_driver_brnach": "550", "gpustack_strict_vars": True},
+        {"nvidia_driver_brnach": "550", "gpurig_strict_vars": True},
         "nvidia_driver_brnach",
         "did you mean nvidia_driver_branch",
     ),
     "strict flag not a boolean": (
-        {"gpustack_strict_vars": "sometimes"},
-        "gpustack_strict_vars",
+        {"gpurig_strict_vars": "sometimes"},
+        "gpurig_strict_vars",
         "sometimes",
     ),
     # The preflight's contact check (roles/repo_contact): values that pass every format check but
@@ -418,7 +418,7 @@ def test_nothing_changed_on_the_host(site_run):
 def test_good_variables_pass_the_preflight(instance, playbook, tmp_path):
     # The same aliasing with valid variables: preflight (--tags preflight) passes, so the cases
     # above fail because of their bad value, not because of how they are run. Without
-    # gpustack_strict_vars a misspelt variable passes too, named in a warning.
+    # gpurig_strict_vars a misspelt variable passes too, named in a warning.
     good = {
         "good": {},
         "misspelt": {"nvidia_driver_brnach": "550"},

@@ -103,7 +103,7 @@ def test_nothing_changed_on_the_host(check_run):
 def test_no_nvidia_source_keyring_or_package_afterwards(instance, check_run):
     assert not instance.file("/etc/apt/sources.list.d/nvidia-cuda.sources").exists
     assert not instance.file("/etc/apt/keyrings/nvidia-cuda.asc").exists
-    assert not instance.file("/var/lib/gpustack").exists
+    assert not instance.file("/var/lib/gpurig").exists
     assert not instance.file("/etc/modprobe.d/blacklist-nouveau.conf").exists
     assert not instance.file("/opt/miniforge3").exists
     packages = instance.check_output("dpkg-query --show --showformat='${Package}\\n'").split()

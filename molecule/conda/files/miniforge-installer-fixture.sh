@@ -5,7 +5,7 @@
 # the conda role's download, checksum, run-once and configuration logic can be tested where the
 # real installer cannot be fetched. Every run appends a line to PREFIX/.fixture-installer-runs so a
 # test can count how often the role ran it.
-# With GPUSTACK_TEST_FIXTURE_PYTHON set to a real python3.X binary (tests/integration/
+# With GPURIG_TEST_FIXTURE_PYTHON set to a real python3.X binary (tests/integration/
 # test_bootstrap_python.py, for scripts/bootstrap.sh), it also lays out the piece of the base
 # environment bootstrap uses: PREFIX/bin/python3 -> python3.X, that interpreter linked in (not
 # conda-forge's build).
@@ -40,9 +40,9 @@ CONDA
 chmod 0755 "$prefix/bin/conda"
 cp "$prefix/bin/conda" "$prefix/condabin/conda"
 echo "# TEST FIXTURE: stands in for conda's shell function script" >"$prefix/etc/profile.d/conda.sh"
-if [ -n "${GPUSTACK_TEST_FIXTURE_PYTHON:-}" ]; then
-  version=$("$GPUSTACK_TEST_FIXTURE_PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
-  ln -sfn "$GPUSTACK_TEST_FIXTURE_PYTHON" "$prefix/bin/python$version"
+if [ -n "${GPURIG_TEST_FIXTURE_PYTHON:-}" ]; then
+  version=$("$GPURIG_TEST_FIXTURE_PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+  ln -sfn "$GPURIG_TEST_FIXTURE_PYTHON" "$prefix/bin/python$version"
   ln -sfn "python$version" "$prefix/bin/python3"
   ln -sfn "python$version" "$prefix/bin/python"
 fi

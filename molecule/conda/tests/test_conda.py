@@ -32,7 +32,7 @@ def test_refused_installers_left_nothing(host, prefix):
 
 
 @pytest.mark.parametrize(
-    "staging", ["/var/cache/gpustack/conda", "/var/cache/gpustack/conda-wrong-local"]
+    "staging", ["/var/cache/gpurig/conda", "/var/cache/gpurig/conda-wrong-local"]
 )
 def test_no_installer_left_in_staging(host, staging):
     # The tampered download never reached its destination; the mismatching local copy was removed;
@@ -51,7 +51,7 @@ def test_installer_ran_exactly_once(host, prefix):
 
 @pytest.mark.parametrize("prefix", [PREFIX, LOCAL_PREFIX])
 def test_release_recorded(host, prefix):
-    record = host.file(f"{prefix}/.gpustack-miniforge.json")
+    record = host.file(f"{prefix}/.gpurig-miniforge.json")
     assert record.user == "root"
     assert json.loads(record.content_string) == {
         "version": CONDA_VERSION,

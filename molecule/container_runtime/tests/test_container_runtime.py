@@ -215,9 +215,9 @@ def test_real_engine_reads_the_runtime_and_runs_containers(host, name):
     host.run_expect(
         [0],
         "set -e; r=$(mktemp -d); for f in /usr/bin/echo $(ldd /usr/bin/echo | grep -o '/[^ ]*'); do"
-        ' cp --parents "$f" "$r"; done; tar -C "$r" -c . | docker import - gpustack-test/echo:1',
+        ' cp --parents "$f" "$r"; done; tar -C "$r" -c . | docker import - gpurig-test/echo:1',
     )
-    out = host.check_output("docker run --rm --network none gpustack-test/echo:1 /usr/bin/echo ran")
+    out = host.check_output("docker run --rm --network none gpurig-test/echo:1 /usr/bin/echo ran")
     assert out == "ran"
 
 
@@ -258,7 +258,7 @@ def read_daemon_json(name: str) -> dict:
 def test_idempotent_run_did_not_restart_the_engine(host):
     # converge.yml appends docker.service's InvocationID after each run: the converge's entry and
     # the idempotence run's must be the same start of the service, and it must still be running.
-    runs = host.file("/var/tmp/gpustack-test-docker-invocations").content_string.split()
+    runs = host.file("/var/tmp/gpurig-test-docker-invocations").content_string.split()
     assert len(runs) >= 2
     assert runs[-1] == runs[-2]
     assert invocation_ids()[host.backend.get_hostname()] == runs[-1]
@@ -267,12 +267,12 @@ def test_idempotent_run_did_not_restart_the_engine(host):
 @pytest.fixture(scope="session")
 def site_runs(playbook):
     """site.yml --tags container_runtime twice on every instance with a changed daemon option:
-    without gpustack_container_runtime (the role must not run), then with it (the file changes:
+    without gpurig_container_runtime (the role must not run), then with it (the file changes:
     one restart)."""
     option = {"container_runtime_daemon_options": {"log-level": "warn"}}
     steps = {}
     before = invocation_ids()
-    for step, extra in (("off", option), ("on", {**option, "gpustack_container_runtime": True})):
+    for step, extra in (("off", option), ("on", {**option, "gpurig_container_runtime": True})):
         run = playbook(SITE, extra_vars=extra, args=["--tags", "container_runtime"])
         steps[step] = (run, invocation_ids(), {n: read_daemon_json(n) for n in INSTANCES})
     return before, steps
@@ -341,7 +341,7 @@ def test_verify_records_the_container_check_only_where_enabled(host, name, playb
     on = playbook(
         verify,
         limit=name,
-        extra_vars={**extra, "gpustack_container_runtime": True},
+        extra_vars={**extra, "gpurig_container_runtime": True},
         args=["--tags", "container"],
     )
     assert on.rc != 0

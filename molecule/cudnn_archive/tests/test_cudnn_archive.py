@@ -43,7 +43,7 @@ def test_extracted_files_belong_to_root(host):
 
 
 def test_release_records_its_archive_checksum(host):
-    marker = host.file(f"{HOME}/.gpustack-archive-sha256").content_string.strip()
+    marker = host.file(f"{HOME}/.gpurig-archive-sha256").content_string.strip()
     assert marker == fixture_vars()["cudnn_archive_sha256"]
 
 
@@ -53,7 +53,7 @@ def test_dynamic_linker_searches_release(host):
 
 
 def test_no_staging_left_behind(host):
-    assert host.check_output("find /tmp /var/tmp -maxdepth 1 -name '*-gpustack-cudnn'") == ""
+    assert host.check_output("find /tmp /var/tmp -maxdepth 1 -name '*-gpurig-cudnn'") == ""
 
 
 REFUSALS = {
@@ -92,4 +92,4 @@ def test_refused_before_extraction(host, case, tmp_path, refused, scenario_dir):
     for fragment in spec["expect"]:
         assert fragment in message
     assert not host.file("/opt/cudnn/8.9.6.50").exists
-    assert host.check_output("find /tmp /var/tmp -maxdepth 1 -name '*-gpustack-cudnn'") == ""
+    assert host.check_output("find /tmp /var/tmp -maxdepth 1 -name '*-gpurig-cudnn'") == ""

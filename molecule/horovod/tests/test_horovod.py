@@ -22,7 +22,7 @@ PY = f"{VENV}/bin/python"
 RUN_ENV = f"env PATH={VENV}/bin:/usr/sbin:/usr/bin:/sbin:/bin OMP_NUM_THREADS=1"
 SYSTEM_NCCL = "/usr/lib/x86_64-linux-gnu/libnccl.so.2"
 PROJECT = Path(__file__).resolve().parents[3]
-BENCH_SRC = f"{VENV}/src/gpustack-bench"  # python_env_bench_dir
+BENCH_SRC = f"{VENV}/src/gpurig-bench"  # python_env_bench_dir
 BENCH_WHEEL = PROJECT / "roles" / "python_env" / "files" / "bench_wheel.py"
 
 
@@ -100,7 +100,7 @@ def test_cuda_torch_from_the_wheelhouse(host):
         ("torchvision", "0.28.0"),
         ("nvidia-nccl-cu13", "2.29.7"),
         ("nvidia-cuda-nvcc", "13.0.88"),
-        ("gpustack-bench", None),
+        ("gpurig-bench", None),
     ],
 )
 def test_distributions_installed(host, dist, version):
@@ -163,14 +163,14 @@ def test_shipped_bench_is_the_checkouts_wheel(host, tmp_path):
         for path in (PROJECT / "bench").rglob("*.py")
         if "__pycache__" not in path.parts
     )
-    files = 'm.files("gpustack-bench")'
+    files = 'm.files("gpurig-bench")'
     listed = py(host, f'import importlib.metadata as m; print("\\n".join(str(f) for f in {files}))')
     got = sorted(f for f in listed.splitlines() if f.startswith("bench/") and f.endswith(".py"))
     assert got == want
 
 
 def test_build_record_matches_the_environment(host):
-    record = json.loads(host.file(f"{VENV}/gpustack-horovod.json").content_string)
+    record = json.loads(host.file(f"{VENV}/gpurig-horovod.json").content_string)
     minor = python_minor(host)
     assert record["built_against"] == {
         "horovod_version": "0.28.1",
@@ -190,7 +190,7 @@ def test_build_record_matches_the_environment(host):
     }
     std = cxx_standard(host)
     key = f"horovod-0.28.1_torch-2.13.0+cu130_py3.{minor}_nccl_cxx{std}_sm90_nodebug_O0"
-    wheel = host.file(f"/var/cache/gpustack/horovod-wheels/{key}/{record['wheel']}")
+    wheel = host.file(f"/var/cache/gpurig/horovod-wheels/{key}/{record['wheel']}")
     assert wheel.is_file
     assert wheel.sha256sum == record["wheel_sha256"]
     tag = f"cp3{minor}"
@@ -273,7 +273,7 @@ NCCL_TESTS = "/opt/nccl-tests/2.19.6"
 
 
 def test_nccl_tests_built_from_the_checksummed_tarball(host):
-    record = json.loads(host.file(f"{NCCL_TESTS}/gpustack-nccl-tests.json").content_string)
+    record = json.loads(host.file(f"{NCCL_TESTS}/gpurig-nccl-tests.json").content_string)
     assert record["version"] == "2.19.6"
     # The served tarball is our stand-in source (TEST FIXTURE); the record names its checksum.
     served = urllib.request.urlopen(

@@ -94,7 +94,7 @@ def test_login_shell_environment(host):
     ld_path = host.check_output("bash -lc 'echo $LD_LIBRARY_PATH'").split(":")
     assert "/usr/local/cuda/lib64" in ld_path
     # Sourcing the profile again (nested login shells) adds nothing twice.
-    again = host.check_output("bash -lc '. /etc/profile.d/gpustack-cuda.sh; echo $PATH'")
+    again = host.check_output("bash -lc '. /etc/profile.d/gpurig-cuda.sh; echo $PATH'")
     assert again.split(":").count("/usr/local/cuda/bin") == 1
 
 

@@ -27,7 +27,7 @@ def test_secure_boot_stops_unsigned_modules(host, refused, playbook, state, stop
     # attributes, then the variable's data; SecureBoot's data is one byte, 1 = enforced), standing
     # in for /sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c, which a
     # container does not expose.
-    efivar = "/run/gpustack-test-SecureBoot"
+    efivar = "/run/gpurig-test-SecureBoot"
     host.run_expect([0], f"printf '\\007\\000\\000\\000\\00{state}' > {efivar}")
     extra = {"gpu_prereqs_secure_boot_efivar": efivar}
     try:

@@ -19,7 +19,7 @@ def test_newest_driver_of_branch_installed(host, newest, distro, defaults, compa
 
 
 def test_resolved_version_pinned_for_apt(host, newest):
-    pin = host.file("/etc/apt/preferences.d/gpustack-nvidia-driver")
+    pin = host.file("/etc/apt/preferences.d/gpurig-nvidia-driver")
     assert pin.mode == 0o644
     assert f"Pin: version {newest}-*" in pin.content_string.splitlines()
 

@@ -229,7 +229,7 @@ def test_preflight_refuses_what_the_os_does_not_get(host, distro, refused):
 # Ubuntu 20.04 or Debian 13), -core, -proprietary and the package of the driver's CUDA major at
 # compat.yml's version, pinned and held while the stand-in offers a newer build, and the nvidia-dcgm
 # host engine enabled and running; elsewhere nothing of DCGM.
-DCGM_PIN = "/etc/apt/preferences.d/gpustack-dcgm"
+DCGM_PIN = "/etc/apt/preferences.d/gpurig-dcgm"
 
 
 @pytest.fixture

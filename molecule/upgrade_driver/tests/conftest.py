@@ -5,7 +5,7 @@ only in its own pass."""
 
 import pytest
 
-UPGRADED = "/var/lib/gpustack-molecule/upgraded"
+UPGRADED = "/var/lib/gpurig-molecule/upgraded"
 
 
 @pytest.fixture

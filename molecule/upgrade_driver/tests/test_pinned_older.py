@@ -25,7 +25,7 @@ def test_pinned_older_version_installed(host):
 
 
 def test_version_pinned_for_apt(host):
-    pin = host.file("/etc/apt/preferences.d/gpustack-nvidia-driver")
+    pin = host.file("/etc/apt/preferences.d/gpurig-nvidia-driver")
     assert pin.mode == 0o644
     assert f"Pin: version {PINNED}-*" in pin.content_string.splitlines()
     # apt's view: the candidate is the pinned version, not the newest.

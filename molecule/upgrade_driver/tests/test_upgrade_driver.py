@@ -20,7 +20,7 @@ def test_new_version_installed(host):
 
 
 def test_pin_moved_to_new_version(host):
-    pin = host.file("/etc/apt/preferences.d/gpustack-nvidia-driver").content_string.splitlines()
+    pin = host.file("/etc/apt/preferences.d/gpurig-nvidia-driver").content_string.splitlines()
     assert f"Pin: version {NEW}-*" in pin
 
 

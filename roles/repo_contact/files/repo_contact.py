@@ -174,7 +174,7 @@ def check_packages(index: dict[str, list[str]], packages: list[dict], where: str
 
 def apt_sandbox_index(url: str, key: bytes, proxies: dict) -> dict[str, list[str]]:
     """Let apt fetch and verify the repository's signed index with `key`, in a scratch directory."""
-    scratch = tempfile.mkdtemp(prefix="gpustack-contact-")
+    scratch = tempfile.mkdtemp(prefix="gpurig-contact-")
     try:
         os.chmod(scratch, 0o755)  # apt's download sandbox user must reach it
         for sub in ("lists/partial", "cache/archives/partial", "parts", "prefs"):

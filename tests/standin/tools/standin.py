@@ -3,7 +3,7 @@
 
 Every tool name in this directory (and env/bin/python, env/bin/horovodrun) links here; the table
 TOOLS maps an invocation to the output the real tool printed, kept under fixtures/ with its source
-named beside its entry. GPUSTACK_STANDIN_FAULTS (comma-separated check names of verify.yml) picks,
+named beside its entry. GPURIG_STANDIN_FAULTS (comma-separated check names of verify.yml) picks,
 per invocation, the faulty output listed for that check instead of the healthy one, so one run can
 flip one check or all. build_root(root, faults) lays out the files verify.yml reads (PCI devices,
 the kernel module's version, headers) under root, and beside them one wrapper per tool that sets
@@ -26,7 +26,7 @@ HERE = Path(__file__).resolve().parent
 FIXTURES = HERE / "fixtures"
 # The health checks' readings (tests/fixtures/health, sources in its SOURCES.md) serve as they are.
 HEALTH = HERE.parents[1] / "fixtures" / "health"
-FAULTS_ENV = "GPUSTACK_STANDIN_FAULTS"
+FAULTS_ENV = "GPURIG_STANDIN_FAULTS"
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ wait_for "jpeg folder done" 90
 step loader_probe 100 $PY .gpu/loader_probe.py /tmp/jpeg
 wait_for "roles done" 200
 step hvd_checkbuild 30 /opt/torch/.venv/bin/horovodrun --check-build
-ls -laR /var/cache/gpustack/horovod-wheels > "$L/wheel-cache.txt" 2>&1; cp /opt/torch/.venv/gpustack-horovod.json "$L/" 2>/dev/null
-( cd /var/cache/gpustack && tar cf - horovod-wheels | split -b 15M - "$OUT/hvdcache.tar.part-" ) 2>>"$L/wheel-cache.txt"
+ls -laR /var/cache/gpurig/horovod-wheels > "$L/wheel-cache.txt" 2>&1; cp /opt/torch/.venv/gpurig-horovod.json "$L/" 2>/dev/null
+( cd /var/cache/gpurig && tar cf - horovod-wheels | split -b 15M - "$OUT/hvdcache.tar.part-" ) 2>>"$L/wheel-cache.txt"
 step speed 330 $PY -m bench.scaling --gpus 1 --launchers ddp,horovod --repeats 3 --timed-seconds 8 --no-progress --timeout 240 --out $R/speed
 stamp "done"; pack call2

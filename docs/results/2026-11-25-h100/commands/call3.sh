@@ -5,7 +5,7 @@
 source .gpu/lib.sh
 PACK=call3
 install_ansible > "$L/install_ansible.log" 2>&1; stamp "ansible installed rc=$?"
-mkdir -p /var/cache/gpustack && cat .gpu/hvdcache.tar.part-* | tar xf - -C /var/cache/gpustack
+mkdir -p /var/cache/gpurig && cat .gpu/hvdcache.tar.part-* | tar xf - -C /var/cache/gpurig
 (cd .gpu && exec $PY -m http.server -b 127.0.0.1 8765 > "$L/http.log" 2>&1) &
 ( jpeg_folder /tmp/jpeg 12800 > "$L/jpeg.log" 2>&1; stamp "jpeg folder done" ) &
 ( .gpu/ap.sh .gpu/roles.yml > "$L/roles.log" 2>&1; stamp "roles done rc=$?" ) &

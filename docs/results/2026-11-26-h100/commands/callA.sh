@@ -7,7 +7,7 @@ export TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-cache
 stamp "versions"; versions > "$L/versions.txt" 2>&1
 ( install_ansible > "$L/install_ansible.log" 2>&1; stamp "ansible installed rc=$?"
   nice -n 10 .gpu/ap.sh .gpu/roles.yml > "$L/roles.log" 2>&1; stamp "roles done rc=$?"
-  ( cd /var/cache/gpustack && tar cf - horovod-wheels | split -b 15M - "$OUT/hvdcache.tar.part-" )
+  ( cd /var/cache/gpurig && tar cf - horovod-wheels | split -b 15M - "$OUT/hvdcache.tar.part-" )
   stamp "wheel cache packed" ) &
 step variants 330 $PY benchmarks/step_variants.py --limit 150 \
   --variants base,fused,graphs,ddp,ddp-tuned,b384

@@ -8,8 +8,8 @@ wait_for() { local n=0; while ! grep -q "$1" "$L/timeline.txt" && (( n < $2 )); 
 stamp "versions"; versions > "$L/versions.txt" 2>&1
 ( install_ansible > "$L/install_ansible.log" 2>&1; stamp "ansible installed rc=$?"
   nice -n 10 .gpu/ap.sh .gpu/roles.yml > "$L/roles.log" 2>&1; stamp "roles done rc=$?"
-  ( cd /var/cache/gpustack && tar cf - horovod-wheels | split -b 15M - "$OUT/hvdcache.tar.part-" )
-  cp /opt/torch/.venv/gpustack-horovod.json "$L/" 2>/dev/null
+  ( cd /var/cache/gpurig && tar cf - horovod-wheels | split -b 15M - "$OUT/hvdcache.tar.part-" )
+  cp /opt/torch/.venv/gpurig-horovod.json "$L/" 2>/dev/null
   stamp "wheel cache packed" ) &
 ( nice -n 10 bash -c "source .gpu/lib.sh; jpeg_folder /tmp/jpeg 12800" > "$L/jpeg.log" 2>&1; stamp "jpeg folder done" ) &
 step overhead_ddp 190 $PY benchmarks/overhead.py --device cuda --launcher ddp --ranks 1 --rounds 2 --model resnet50 --image-size 224 --batch-size 256 --precision amp-bf16 --memory-format channels_last --compile on --steps 100 --warmup 30

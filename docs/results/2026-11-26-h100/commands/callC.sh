@@ -8,8 +8,8 @@ DEADLINE=555
 wait_for() { local n=0; while ! grep -q "$1" "$L/timeline.txt" && (( n < $2 )); do sleep 2; n=$((n+2)); done; }
 stamp "versions"; versions > "$L/versions.txt" 2>&1
 ( $PY -m pip install -q --no-index --no-deps --no-compile .gpu/nvimg/*.whl > "$L/nvimg-install.log" 2>&1
-  mkdir -p /var/cache/gpustack && cat .gpu/hvd/hvdcache.tar.part-* | tar xf - -C /var/cache/gpustack
-  $PY -m pip install -q --no-index --find-links .gpu/hvd /var/cache/gpustack/horovod-wheels/*/horovod-*.whl > "$L/hvd-install.log" 2>&1
+  mkdir -p /var/cache/gpurig && cat .gpu/hvd/hvdcache.tar.part-* | tar xf - -C /var/cache/gpurig
+  $PY -m pip install -q --no-index --find-links .gpu/hvd /var/cache/gpurig/horovod-wheels/*/horovod-*.whl > "$L/hvd-install.log" 2>&1
   stamp "installs done rc=$?" ) &
 ( nice -n 10 bash -c "source .gpu/lib.sh; jpeg_folder /tmp/jpeg 12800" > "$L/jpeg.log" 2>&1; stamp "jpeg folder done" ) &
 wait_for "jpeg folder done" 60

@@ -18,7 +18,7 @@ stamp "versions"
 ( install_ansible > "$L/install_ansible.log" 2>&1; stamp "ansible installed rc=$?"
   nice -n 10 .gpu/ap.sh .gpu/roles.yml > "$L/roles.log" 2>&1; stamp "roles done rc=$?"
   /opt/torch/.venv/bin/horovodrun --check-build > "$L/horovodrun-check-build.txt" 2>&1
-  cp /opt/torch/.venv/gpustack-horovod.json "$L/" 2>/dev/null; true ) &
+  cp /opt/torch/.venv/gpurig-horovod.json "$L/" 2>/dev/null; true ) &
 ( nice -n 5 bash -c "source .gpu/lib.sh; jpeg_folder /tmp/jpeg 12800" > "$L/jpeg.log" 2>&1; stamp "jpeg folder done" ) &
 $PY -m pip install -q --no-index --no-deps .gpu/wheels/*.whl > "$L/nvimgcodec-install.log" 2>&1
 stamp "nvimgcodec installed rc=$? $($PY -c 'from nvidia import nvimgcodec; print(nvimgcodec.__version__)' 2>/dev/null)"

@@ -3,7 +3,7 @@
 Each filter takes what a task registered (a dict with rc, stdout, stderr, msg) and the check's
 threshold, and returns the row verify.yml appends to verify_checks:
 
-    {{ verify_health_nvlink_run | gpustack_health_nvlink(verify_nvlink_max_inactive) }}
+    {{ verify_health_nvlink_run | gpurig_health_nvlink(verify_nvlink_max_inactive) }}
     -> {'check': 'nvlink_links', 'passed': False,
         'figures': {'inactive_links': ['GPU 3 link 3', ...], 'threshold': 0, ...},
         'message': 'one line: what was measured and what to do'}
@@ -636,15 +636,15 @@ def not_checked(check: str, reason: str) -> dict:
 class FilterModule:
     def filters(self):
         return {
-            "gpustack_health_gpu_count": gpu_count,
-            "gpustack_health_nvlink": nvlink_links,
-            "gpustack_health_xid": xid_errors,
-            "gpustack_health_dcgm_diag": dcgm_diag,
-            "gpustack_health_throttling": throttling,
-            "gpustack_health_ecc": ecc_uncorrectable,
-            "gpustack_health_pcie": pcie_link,
-            "gpustack_health_remapped_rows": remapped_rows,
-            "gpustack_health_dcgm_health": dcgm_health,
-            "gpustack_health_not_checked": not_checked,
-            "gpustack_health_hardware_floors": hardware_floors,
+            "gpurig_health_gpu_count": gpu_count,
+            "gpurig_health_nvlink": nvlink_links,
+            "gpurig_health_xid": xid_errors,
+            "gpurig_health_dcgm_diag": dcgm_diag,
+            "gpurig_health_throttling": throttling,
+            "gpurig_health_ecc": ecc_uncorrectable,
+            "gpurig_health_pcie": pcie_link,
+            "gpurig_health_remapped_rows": remapped_rows,
+            "gpurig_health_dcgm_health": dcgm_health,
+            "gpurig_health_not_checked": not_checked,
+            "gpurig_health_hardware_floors": hardware_floors,
         }

@@ -1,6 +1,6 @@
-"""Jinja tests for the kinds of role variables: `x is gpustack_pep440`, `u is gpustack_https_url`.
+"""Jinja tests for the kinds of role variables: `x is gpurig_pep440`, `u is gpurig_https_url`.
 
-The checks live in filter_plugins/gpustack_kinds.py (with the table saying which variable is which
+The checks live in filter_plugins/gpurig_kinds.py (with the table saying which variable is which
 kind); this file only offers them as tests, so both plugin types share one implementation.
 """
 
@@ -10,8 +10,8 @@ import importlib.util
 import sys
 from pathlib import Path
 
-_PATH = Path(__file__).resolve().parent.parent / "filter_plugins" / "gpustack_kinds.py"
-_NAME = "gpustack_kinds_checks"
+_PATH = Path(__file__).resolve().parent.parent / "filter_plugins" / "gpurig_kinds.py"
+_NAME = "gpurig_kinds_checks"
 
 
 def _checks():
@@ -25,4 +25,4 @@ def _checks():
 
 class TestModule:
     def tests(self):
-        return {"gpustack_" + name: check for name, check in _checks().JINJA_TESTS.items()}
+        return {"gpurig_" + name: check for name, check in _checks().JINJA_TESTS.items()}

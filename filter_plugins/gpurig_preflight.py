@@ -2,15 +2,15 @@
 no role reads. Unit tests: tests/unit/test_preflight_plugin.py.
 
     site_selected_roles: >-
-      {{ site_role_groups | gpustack_selected_roles(ansible_run_tags, ansible_skip_tags,
+      {{ site_role_groups | gpurig_selected_roles(ansible_run_tags, ansible_skip_tags,
                                                     site_disabled_roles) }}
     site_undeclared_variables: >-
-      {{ hostvars[inventory_hostname] | list | gpustack_undeclared_variables }}
-    msg: "{{ site_undeclared_variables | gpustack_undeclared_message }}"
+      {{ hostvars[inventory_hostname] | list | gpurig_undeclared_variables }}
+    msg: "{{ site_undeclared_variables | gpurig_undeclared_message }}"
 
 Each role in site.yml carries two tags: its own name and its group (nvidia, containers, python).
 The functions take what they compare as arguments; the filters for undeclared variables compare
-with every role's argument spec (roles/*/meta/argument_specs.yml, read by gpustack_kinds.py), the
+with every role's argument spec (roles/*/meta/argument_specs.yml, read by gpurig_kinds.py), the
 roles that only other roles call (package_hold, apt_source, ...) included.
 """
 
@@ -109,18 +109,18 @@ def _is_are(names: list[str]) -> tuple[str, str]:
 
 
 def undeclared_message(names: Iterable[str], declared: Iterable[str], strict: bool = False) -> str:
-    """The warning (or, with gpustack_strict_vars, the refusal) naming undeclared variables."""
+    """The warning (or, with gpurig_strict_vars, the refusal) naming undeclared variables."""
     names = list(names)
     verb, pronoun = _is_are(names)
     hint = misspelling_hint(names, declared)
     if strict:
         return (
-            f"{', '.join(names)}: set, but no role declares {pronoun} (gpustack_strict_vars is "
+            f"{', '.join(names)}: set, but no role declares {pronoun} (gpurig_strict_vars is "
             f"true). {hint}"
         )
     return (
         f"WARNING: {', '.join(names)} {verb} set but no role declares {pronoun} (a misspelling? "
-        f"nothing reads {pronoun}). {hint}Set gpustack_strict_vars: true to stop on this."
+        f"nothing reads {pronoun}). {hint}Set gpurig_strict_vars: true to stop on this."
     )
 
 
@@ -142,30 +142,30 @@ def overridden_hint(names: Iterable[str], shared: Mapping[str, str]) -> str:
 def overridden_message(
     names: Iterable[str], shared: Mapping[str, str], strict: bool = False
 ) -> str:
-    """The warning (or, with gpustack_strict_vars, the refusal) naming overridden variables."""
+    """The warning (or, with gpurig_strict_vars, the refusal) naming overridden variables."""
     names = list(names)
     verb, _ = _is_are(names)
     hint = overridden_hint(names, shared)
     if strict:
         return (
             f"{', '.join(names)}: given, but site.yml passes a value of its own "
-            f"(playbooks/vars/shared.yml; gpustack_strict_vars is true): {hint}. Set that variable "
+            f"(playbooks/vars/shared.yml; gpurig_strict_vars is true): {hint}. Set that variable "
             "instead."
         )
     return (
         f"WARNING: {', '.join(names)} {verb} given, but site.yml passes a value of its own "
         f"(playbooks/vars/shared.yml), which wins over the inventory ({hint}). Set that variable "
-        "instead. Set gpustack_strict_vars: true to stop on this."
+        "instead. Set gpurig_strict_vars: true to stop on this."
     )
 
 
 def argument_specs() -> dict[str, dict]:
-    """role -> its declared variables, from filter_plugins/gpustack_kinds.py (loaded once, under the
-    name test_plugins/gpustack_kinds.py gives it)."""
-    name = "gpustack_kinds_checks"
+    """role -> its declared variables, from filter_plugins/gpurig_kinds.py (loaded once, under the
+    name test_plugins/gpurig_kinds.py gives it)."""
+    name = "gpurig_kinds_checks"
     if name not in sys.modules:
         spec = importlib.util.spec_from_file_location(
-            name, Path(__file__).resolve().parent / "gpustack_kinds.py"
+            name, Path(__file__).resolve().parent / "gpurig_kinds.py"
         )
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
@@ -181,14 +181,14 @@ def declared_variables() -> list[str]:
 class FilterModule:
     def filters(self):
         return {
-            "gpustack_selected_roles": selected_roles,
-            "gpustack_tagged_roles": tagged_roles,
-            "gpustack_undeclared_variables": lambda given: undeclared_variables(
+            "gpurig_selected_roles": selected_roles,
+            "gpurig_tagged_roles": tagged_roles,
+            "gpurig_undeclared_variables": lambda given: undeclared_variables(
                 given, declared_variables(), argument_specs()
             ),
-            "gpustack_undeclared_message": lambda names, strict=False: undeclared_message(
+            "gpurig_undeclared_message": lambda names, strict=False: undeclared_message(
                 names, declared_variables(), strict
             ),
-            "gpustack_overridden_variables": overridden_variables,
-            "gpustack_overridden_message": overridden_message,
+            "gpurig_overridden_variables": overridden_variables,
+            "gpurig_overridden_message": overridden_message,
         }

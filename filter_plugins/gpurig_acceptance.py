@@ -6,8 +6,8 @@ Inputs are what the two earlier steps left on the controller:
 - the per-GPU throughput check's table (bench's per_gpu.csv: one row per GPU and repeat, columns
   as bench.report.per_gpu.GpuVerdict; `node` is the address the bench reached the host by).
 
-    {{ inputs | gpustack_acceptance_nodes(per_gpu_csv) }}  -> [node verdict], one per input
-    {{ nodes | gpustack_acceptance_fleet(title) }}         -> the fleet summary in markdown
+    {{ inputs | gpurig_acceptance_nodes(per_gpu_csv) }}  -> [node verdict], one per input
+    {{ nodes | gpurig_acceptance_fleet(title) }}         -> the fleet summary in markdown
 
 A node passes when every verify check passed, every one of its GPUs has a measured rate in the
 per-GPU check, and no GPU is flagged there. Unit tests: tests/unit/test_acceptance.py.
@@ -182,6 +182,6 @@ def acceptance_fleet(nodes: Sequence[Mapping], title: str = "Fleet acceptance") 
 class FilterModule:
     def filters(self):
         return {
-            "gpustack_acceptance_nodes": acceptance_nodes,
-            "gpustack_acceptance_fleet": acceptance_fleet,
+            "gpurig_acceptance_nodes": acceptance_nodes,
+            "gpurig_acceptance_fleet": acceptance_fleet,
         }

@@ -3,11 +3,11 @@
 variable_kinds.yml (next to this file) gives every role option its kind; KINDS below says what each
 kind accepts. Every role's tasks/validate.yml starts with
 
-    dict(names | zip(query('ansible.builtin.vars', *names))) | gpustack_kind_problems
+    dict(names | zip(query('ansible.builtin.vars', *names))) | gpurig_kind_problems
 
-(names = '<role>' | gpustack_kind_variables), so a bad value stops the play before any change with a
-message that leads with the variable and shows the value as JSON. test_plugins/gpustack_kinds.py
-offers each kind as a Jinja test too (`x is gpustack_pep440`). Unit tests:
+(names = '<role>' | gpurig_kind_variables), so a bad value stops the play before any change with a
+message that leads with the variable and shows the value as JSON. test_plugins/gpurig_kinds.py
+offers each kind as a Jinja test too (`x is gpurig_pep440`). Unit tests:
 tests/unit/test_variable_kinds.py.
 """
 
@@ -423,7 +423,7 @@ KINDS: dict[str, Kind] = {
     ),
 }
 
-# What the test plugin offers: `x is gpustack_<name>`.
+# What the test plugin offers: `x is gpurig_<name>`.
 JINJA_TESTS: dict[str, Callable[..., bool]] = {
     "pep440": is_pep440,
     "debian_version": is_debian_version,
@@ -547,7 +547,7 @@ def kind_variables(role: str) -> list[str]:
 class FilterModule:
     def filters(self):
         return {
-            "gpustack_kind_problems": kind_problems,
-            "gpustack_kind_variables": kind_variables,
-            "gpustack_role_options": role_options,
+            "gpurig_kind_problems": kind_problems,
+            "gpurig_kind_variables": kind_variables,
+            "gpurig_role_options": role_options,
         }
