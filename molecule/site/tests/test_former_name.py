@@ -25,6 +25,7 @@ def test_what_the_former_files_held_stays_under_the_present_name(host) -> None:
     assert host.file("/opt/miniforge3/.gpurig-miniforge.json").exists
     # rewritten by the roles after the move
     assert "gpurig role cuda_toolkit" in host.file("/etc/profile.d/gpurig-cuda.sh").content_string
-    assert "gpurig, role package_hold" in host.file(
-        "/etc/apt/apt.conf.d/51gpurig-nvidia-driver-blacklist"
-    ).content_string
+    assert (
+        "gpurig, role package_hold"
+        in host.file("/etc/apt/apt.conf.d/51gpurig-nvidia-driver-blacklist").content_string
+    )
