@@ -1,9 +1,11 @@
 """filter_plugins/gpurig_preflight.py: which roles site.yml's preflight checks for a run's tags,
 and what it says about variables no role declares or that site.yml passes itself.
 
-The pure functions are checked against site.yml's own role table and playbooks/vars/shared.yml; one
-real ansible-playbook run (connection local, only the preflight, every role's group skipped or off
-but the one asked for) shows site.yml wiring them to Ansible's ansible_run_tags / ansible_skip_tags.
+The pure functions are checked against site.yml's own role table and playbooks/vars/shared.yml;
+two real ansible-playbook runs (connection local) show site.yml wiring them to Ansible's
+ansible_run_tags / ansible_skip_tags. Neither runs a role, so this machine is left as it was: in
+the first, the one role the tags leave is off for every host; the second selects it with --tags
+preflight alone, which runs the preflight and nothing else.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ spec.loader.exec_module(preflight)
 
 PLAY = yaml.safe_load((REPO / "site.yml").read_text())[0]
 GROUPS: dict[str, str] = PLAY["vars"]["site_role_groups"]
+PRE_TASKS = {task["name"] for task in PLAY["pre_tasks"] if "preflight" in task.get("tags", [])}
 SHARED: dict[str, str] = yaml.safe_load((REPO / "playbooks/vars/shared.yml").read_text())
 NVIDIA = [role for role, group in GROUPS.items() if group == "nvidia"]
 PYTHON = [role for role, group in GROUPS.items() if group == "python"]
@@ -179,22 +182,35 @@ def test_given_variables_that_shared_yml_sets_are_named_with_what_they_take():
 
 # --- site.yml wired to Ansible's tags -------------------------------------------------------------
 
-ALIASES = {
-    "misspelt": {"nvidia_driver_brnach": "550"},
-    "misspelt-strict": {"nvidia_driver_brnach": "550", "gpurig_strict_vars": True},
-    "overridden": {"cudnn_cuda_version": "12.2"},
-    "containers-on": {"gpurig_container_runtime": True},
-}
+# Each run: (its hosts, its tags). --tags preflight,containers selects every role and --skip-tags
+# leaves only container_runtime, which is off on all three hosts of the first run, so no role runs
+# there. The second run's host has it on, and --tags preflight selects it for the preflight without
+# running it (no role is tagged preflight).
+RUNS = [
+    (
+        {
+            "misspelt": {"nvidia_driver_brnach": "550"},
+            "misspelt-strict": {"nvidia_driver_brnach": "550", "gpurig_strict_vars": True},
+            "overridden": {"cudnn_cuda_version": "12.2"},
+        },
+        ["--tags", "preflight,containers", "--skip-tags", "nvidia,python"],
+    ),
+    (
+        {"containers-on": {"gpurig_container_runtime": True}},
+        ["--tags", "preflight", "--skip-tags", "nvidia,python"],
+    ),
+]
 
 
-@pytest.fixture(scope="module")
-def preflight_run(tmp_path_factory):
-    if not PLAYBOOK.exists():
-        pytest.skip("needs ansible-playbook beside this Python")
+CONTACT_OFF = ["-e", "gpurig_contact_checks=false"]
+
+
+def run_site(inventory: Path, hosts: dict, args: list[str]) -> dict:
+    """One site.yml run over HOSTS (connection local): {task name: {host: result}}."""
     local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
-    inventory = tmp_path_factory.mktemp("preflight") / "hosts.yml"
-    hosts = {name: {**local, **variables} for name, variables in ALIASES.items()}
-    inventory.write_text(yaml.safe_dump({"gpu_nodes": {"hosts": hosts}}))
+    inventory.write_text(
+        yaml.safe_dump({"gpu_nodes": {"hosts": {h: {**local, **v} for h, v in hosts.items()}}})
+    )
     # stdout is parsed as JSON: no callback of the caller's environment may write to it.
     env = {
         **{k: v for k, v in os.environ.items() if k != "ANSIBLE_CALLBACKS_ENABLED"},
@@ -202,12 +218,8 @@ def preflight_run(tmp_path_factory):
         "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json",
         "ANSIBLE_NOCOLOR": "1",
     }
-    # --tags preflight,containers selects every role; --skip-tags leaves only container_runtime,
-    # which is off but on containers-on. Only the preflight runs (no role is tagged preflight).
-    args = ["--tags", "preflight,containers", "--skip-tags", "nvidia,python"]
-    args += ["-e", "gpurig_contact_checks=false"]
     proc = subprocess.run(
-        [str(PLAYBOOK), "-i", str(inventory), *args, str(REPO / "site.yml")],
+        [str(PLAYBOOK), "-i", str(inventory), *args, *CONTACT_OFF, str(REPO / "site.yml")],
         cwd=REPO,
         env=env,
         capture_output=True,
@@ -216,8 +228,34 @@ def preflight_run(tmp_path_factory):
         check=False,
     )
     assert proc.stdout.startswith("{"), proc.stdout[-2000:] + proc.stderr[-2000:]
-    tasks = json.loads(proc.stdout)["plays"][0]["tasks"]
+    plays = json.loads(proc.stdout)["plays"]
+    # Every task after site.yml's preflight (whose checks read and change nothing) was skipped on
+    # every host: neither the former name's adoption nor a role ran here. Ansible tags a role's own
+    # argument-spec check "always", so --tags preflight runs it; it only reads.
+    tasks = plays[0]["tasks"]
+    names = [t["task"]["name"] for t in tasks]
+    last = max(i for i, name in enumerate(names) if name in PRE_TASKS)
+    ran = [
+        (t["task"]["name"], host)
+        for t in tasks[last + 1 :]
+        if "Validating arguments against arg spec" not in t["task"]["name"]
+        for host, result in t["hosts"].items()
+        if not result.get("skipped")
+    ]
+    assert not ran, f"a role ran on this machine: {ran}"
     return {task["task"]["name"]: task["hosts"] for task in tasks}
+
+
+@pytest.fixture(scope="module")
+def preflight_run(tmp_path_factory):
+    if not PLAYBOOK.exists():
+        pytest.skip("needs ansible-playbook beside this Python")
+    results: dict[str, dict] = {}
+    for number, (hosts, args) in enumerate(RUNS):
+        inventory = tmp_path_factory.mktemp(f"preflight{number}") / "hosts.yml"
+        for task, by_host in run_site(inventory, hosts, args).items():
+            results.setdefault(task, {}).update(by_host)
+    return results
 
 
 def shown(results: dict, host: str) -> str | None:
