@@ -210,3 +210,33 @@ def test_site_runs_every_role_with_its_group_tag():
     # The helper roles are called by the other roles with the values they compute.
     helpers = {"apt_source", "check_mode_report", "package_hold", "repo_contact"}
     assert set(groups) == set(ROLES) - helpers
+
+
+def test_developing_md_maps_every_role_playbook_and_plugin():
+    """docs/DEVELOPING.md's Layout table names each role, playbook, shared task or vars file and
+    plugin the repository holds, and nothing that is gone."""
+    text = (REPO / "docs/DEVELOPING.md").read_text()
+    layout = text[text.index("## Layout") : text.index("\n## ", text.index("## Layout") + 1)]
+    named = set(re.findall(r"`([^`\s]+)`", layout))
+    tracked = subprocess.run(
+        ["git", "ls-files", "roles", "playbooks", "filter_plugins", "test_plugins", "*.yml"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    expected = set()
+    for path in tracked:
+        parts = Path(path).parts
+        if parts[0] == "roles":
+            expected.add("/".join(parts[:2]))
+        elif (
+            parts[0] in ("filter_plugins", "test_plugins")
+            or (parts[0] == "playbooks" and path.endswith(".yml"))
+            or (len(parts) == 1 and not path.startswith("."))
+        ):
+            expected.add(path)
+    assert expected - named == set(), "missing from docs/DEVELOPING.md's Layout"
+    mapped = {n for n in named if n.split("/")[0] in ("roles", "filter_plugins", "test_plugins")}
+    mapped |= {n for n in named if n.startswith("playbooks/") and n.endswith(".yml")}
+    assert mapped - expected == set(), "docs/DEVELOPING.md's Layout names what is gone"
