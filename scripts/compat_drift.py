@@ -37,6 +37,7 @@ import argparse
 import gzip
 import importlib.util
 import json
+import math
 import re
 import sys
 import urllib.error
@@ -680,6 +681,17 @@ def render_text(findings: list[Finding], compat: dict, code: int) -> str:
     return "\n".join(lines)
 
 
+def seconds(text: str) -> float:
+    """--timeout: a finite number of seconds above 0 (float() takes "nan" and "inf" too)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"expected seconds above 0, got {text!r}")
+    return value
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         description="Report where compat.yml is behind or wrong against NVIDIA's repo indexes, "
@@ -707,9 +719,28 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument(
         "--skip-unreachable", action="store_true", help="exit 0/1 despite unread sources"
     )
-    ap.add_argument("--timeout", type=float, default=TIMEOUT_S, help="seconds per request")
+    ap.add_argument("--timeout", type=seconds, default=TIMEOUT_S, help="seconds per request")
     ap.add_argument("--json", action="store_true", help="machine-readable output")
     return ap.parse_args(argv)
+
+
+def survey(fetcher: Fetcher, compat: dict, distros: list[str], args) -> list[Finding]:
+    """Every finding for DISTROS: their NVIDIA repos, the PyTorch indexes, PyPI."""
+    findings: list[Finding] = []
+    for distro in distros:
+        findings += survey_distro(fetcher, compat, distro, args.nvidia_base)
+    default_majors = {compat["distros"][d]["default"]["cuda"].split(".")[0] for d in distros}
+    for major in compat["cuda_major"]:
+        if major in default_majors or not args.distro:
+            findings += survey_torch(
+                fetcher,
+                compat,
+                major,
+                args.torch_index_base,
+                args.python,
+                major in default_majors,
+            )
+    return findings + survey_pypi(fetcher, compat, args.pypi, default_majors)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -731,21 +762,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     fetcher = Fetcher(args.allow_http, args.timeout)
-    findings: list[Finding] = []
-    for distro in distros:
-        findings += survey_distro(fetcher, compat, distro, args.nvidia_base)
-    default_majors = {compat["distros"][d]["default"]["cuda"].split(".")[0] for d in distros}
-    for major in compat["cuda_major"]:
-        if major in default_majors or not args.distro:
-            findings += survey_torch(
-                fetcher,
-                compat,
-                major,
-                args.torch_index_base,
-                args.python,
-                major in default_majors,
-            )
-    findings += survey_pypi(fetcher, compat, args.pypi, default_majors)
+    try:
+        findings = survey(fetcher, compat, distros, args)
+    except (KeyError, TypeError, AttributeError, ValueError) as error:
+        # A table that is YAML but not laid out as compat.yml: which entry, not a traceback.
+        print(
+            f"compat_drift: {args.compat} is not laid out as "
+            f"{COMPAT_FILE.relative_to(REPO)}: {type(error).__name__}: {error}",
+            file=sys.stderr,
+        )
+        return 2
 
     code = exit_code(findings, args.skip_unreachable)
     if args.json:

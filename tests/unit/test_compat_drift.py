@@ -324,3 +324,20 @@ def test_plain_http_needs_allow_http(sources, capsys):
     assert code == 2
     assert "--allow-http" in capsys.readouterr().err
     assert drift.main(["--distro", "ubuntu1804"]) == 2
+
+
+@pytest.mark.parametrize("timeout", ["nan", "inf", "0", "-3", "abc"])
+def test_timeout_must_be_finite_seconds_above_0(timeout, capsys):
+    with pytest.raises(SystemExit) as stop:
+        drift.parse_args(["--timeout", timeout])
+    assert stop.value.code == 2
+    assert f"--timeout: expected seconds above 0, got '{timeout}'" in capsys.readouterr().err
+
+
+def test_a_table_not_laid_out_as_compat_yml_is_refused_by_its_entry(sources, capsys):
+    compat = copy.deepcopy(COMPAT)
+    del compat["distros"]["ubuntu2204"]["default"]
+    code = run(sources, "--distro", "ubuntu2204", compat=compat)
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "is not laid out as roles/compat/vars/main/compat.yml: KeyError: 'default'" in err
