@@ -352,12 +352,14 @@ def test_no_role_reads_a_path_outside_itself_through_role_path():
     assert found == {}
 
 
-def test_the_table_is_the_role_compat_s_only_variable():
-    # Ansible loads every file in a role's vars/main/ directory as the role's vars; this one holds
-    # the whole table under one name, which load_compat and the roles read.
+def test_the_table_and_the_host_s_key_are_the_role_compat_s_only_variables():
+    # Ansible loads every file in a role's vars/main/ directory as the role's vars: compat.yml holds
+    # the whole table under one name, which load_compat and the roles read; host.yml the host's key.
     assert drift.COMPAT_FILE.parent == ROLES / "compat/vars/main"
-    assert sorted(p.name for p in drift.COMPAT_FILE.parent.iterdir()) == ["compat.yml"]
+    assert sorted(p.name for p in drift.COMPAT_FILE.parent.iterdir()) == ["compat.yml", "host.yml"]
     assert list(yaml.safe_load(drift.COMPAT_FILE.read_text())) == [drift.COMPAT_VARIABLE]
+    host = yaml.safe_load((drift.COMPAT_FILE.parent / "host.yml").read_text())
+    assert list(host) == ["compat_distro"]
     assert {"branches", "cuda", "cuda_major", "distros", "nvidia_repo_keys"} <= set(COMPAT)
 
 
@@ -378,3 +380,13 @@ def test_each_role_reading_the_table_depends_on_compat():
     assert {
         role: dependencies(role) for role in readers if "compat" not in dependencies(role)
     } == {}
+
+
+def test_the_host_s_key_in_the_table_is_worked_out_once():
+    """roles/compat/vars/main/host.yml's compat_distro is the one expression that turns facts into
+    compat.yml's OS key; the roles and verify.yml read it."""
+    found = []
+    for path in [*ROOT.glob("roles/**/*.yml"), *ROOT.glob("playbooks/**/*.yml"), ROOT / "site.yml"]:
+        if "distribution_version'] | replace('.', '')" in path.read_text():
+            found.append(str(path.relative_to(ROOT)))
+    assert found == ["roles/compat/vars/main/host.yml"]

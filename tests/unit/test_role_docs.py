@@ -208,7 +208,7 @@ def test_site_runs_every_role_with_its_group_tag():
     )
     assert all(tags == [name, groups[name]] for name, tags in roles)
     # The helper roles are called by the other roles with the values they compute.
-    helpers = {"apt_source", "check_mode_report", "package_hold", "repo_contact"}
+    helpers = {"apt_source", "compat", "package_hold", "repo_contact"}
     assert set(groups) == set(ROLES) - helpers
 
 

@@ -448,7 +448,7 @@ def test_good_variables_pass_the_preflight(instance, playbook, tmp_path):
 
 def test_cases_cover_every_role():
     # The roles site.yml runs (its site_role_groups). The others (package_hold, repo_contact,
-    # apt_source, check_mode_report, compat) are called by those roles with values they compute,
+    # apt_source, compat) are called by those roles with values they compute,
     # never by users (repo_contact's refusals are the contact-check cases above, named by user
     # variables).
     (play,) = yaml.safe_load((PROJECT / "site.yml").read_text())

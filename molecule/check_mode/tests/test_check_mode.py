@@ -49,18 +49,18 @@ def check_run(instance, playbook, host_snapshot):
     return run, before, after
 
 
-# roles/check_mode_report says it for each of them: "Check mode: <role> would <what>".
+# roles/compat/tasks/check-mode-report.yml says it for each of them: "Check mode: <role> would <what>".
 REPORT = re.compile(r"^Check mode: (?P<role>[a-z_]+) would (?P<what>.+)$", re.S)
 
 
 def would_do(run) -> dict[str, str]:
-    """role -> what its check-mode report (check_mode_report's task, a change) says it would do."""
+    """role -> what its check-mode report (compat's check-mode-report task, a change) says it would do."""
     found = {}
     for play in json.loads(run.stdout)["plays"]:
         for task in play["tasks"]:
             helper, _, name = task["task"]["name"].partition(" : ")
             result = task["hosts"].get(INSTANCE, {})
-            if (helper, name) == ("check_mode_report", "Say what the role would do."):
+            if (helper, name) == ("compat", "Say what the role would do."):
                 assert result.get("changed"), result
                 report = REPORT.match(result["msg"])
                 assert report, result["msg"]
