@@ -49,12 +49,13 @@ def check_run(instance, playbook, host_snapshot):
     return run, before, after
 
 
-# roles/compat/tasks/check-mode-report.yml says it for each of them: "Check mode: <role> would <what>".
+# roles/compat/tasks/check-mode-report.yml says it for each of them:
+# "Check mode: <role> would <what>".
 REPORT = re.compile(r"^Check mode: (?P<role>[a-z_]+) would (?P<what>.+)$", re.S)
 
 
 def would_do(run) -> dict[str, str]:
-    """role -> what its check-mode report (compat's check-mode-report task, a change) says it would do."""
+    """role -> what its check-mode report (compat's task, a change) says it would do."""
     found = {}
     for play in json.loads(run.stdout)["plays"]:
         for task in play["tasks"]:
