@@ -5,8 +5,8 @@ no role reads. Unit tests: tests/unit/test_preflight_plugin.py.
       {{ site_role_groups | gpurig_selected_roles(ansible_run_tags, ansible_skip_tags,
                                                     site_disabled_roles) }}
     site_undeclared_variables: >-
-      {{ hostvars[inventory_hostname] | list | gpurig_undeclared_variables }}
-    msg: "{{ site_undeclared_variables | gpurig_undeclared_message }}"
+      {{ hostvars[inventory_hostname] | list | gpurig_undeclared_variables(site_switches) }}
+    msg: "{{ site_undeclared_variables | gpurig_undeclared_message(site_switches) }}"
 
 Each role in site.yml carries two tags: its own name and its group (nvidia, containers, python).
 The functions take what they compare as arguments; the filters for undeclared variables compare
@@ -16,6 +16,7 @@ roles that only other roles call (package_hold, apt_source, ...) included.
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import sys
 from collections.abc import Iterable, Mapping
@@ -65,24 +66,36 @@ def role_prefixes(roles: Iterable[str]) -> list[str]:
     return sorted({role.split("_")[0] for role in roles})
 
 
+# How alike (difflib's ratio) a name must be to a known one to count as its misspelling: one letter
+# dropped or doubled in a 20-letter name is about 0.97; two unrelated names of one role about 0.6.
+ALIKE = 0.9
+
+
 def undeclared_variables(
-    given: Iterable[str], declared: Iterable[str], roles: Iterable[str]
+    given: Iterable[str],
+    declared: Iterable[str],
+    roles: Iterable[str],
+    switches: Iterable[str] = (),
 ) -> list[str]:
-    """The given names with a role's prefix (nvidia_, cuda_, ...) that no role declares."""
-    prefixes = set(role_prefixes(roles))
-    known = set(declared)
+    """The given names that look like a role's or the project's own but that nothing declares: those
+    with a role's prefix (nvidia_, cuda_, ...) or the project's (gpurig_, its switches'), and those
+    so alike a declared name or switch that they are its misspelling (nvida_driver_branch)."""
+    known = set(declared) | set(switches)
+    prefixes = set(role_prefixes(roles)) | {name.split("_")[0] for name in switches}
     return sorted(
         name
-        for name in set(given)
-        if "_" in name and name.split("_")[0] in prefixes and name not in known
+        for name in set(given) - known
+        if ("_" in name and name.split("_")[0] in prefixes)
+        or difflib.get_close_matches(name, known, n=1, cutoff=ALIKE)
     )
 
 
 def did_you_mean(name: str, declared: Iterable[str]) -> list[str]:
     """The declared names `name` may be a misspelling of.
 
-    A name with the same letters in another order (a typing slip) is the best suggestion; only when
-    there is none, names with the same first and last word (nvidia_..._branch) are offered.
+    A name with the same letters in another order (a typing slip) is the best suggestion; then names
+    with the same first and last word (nvidia_..._branch); then the most alike names (a letter
+    dropped or added: nvida_driver_branch, gpurig_strict_var).
     """
     others = {known for known in declared if known != name}
     anagrams = [known for known in others if sorted(known) == sorted(name)]
@@ -90,7 +103,10 @@ def did_you_mean(name: str, declared: Iterable[str]) -> list[str]:
         return sorted(anagrams)
     words = name.split("_")
     ends = (words[0], words[-1])
-    return sorted(known for known in others if (known.split("_")[0], known.split("_")[-1]) == ends)
+    same_ends = sorted(
+        known for known in others if (known.split("_")[0], known.split("_")[-1]) == ends
+    )
+    return same_ends or sorted(difflib.get_close_matches(name, others, n=3, cutoff=ALIKE))
 
 
 def misspelling_hint(names: Iterable[str], declared: Iterable[str]) -> str:
@@ -183,11 +199,11 @@ class FilterModule:
         return {
             "gpurig_selected_roles": selected_roles,
             "gpurig_tagged_roles": tagged_roles,
-            "gpurig_undeclared_variables": lambda given: undeclared_variables(
-                given, declared_variables(), argument_specs()
+            "gpurig_undeclared_variables": lambda given, switches=(): undeclared_variables(
+                given, declared_variables(), argument_specs(), switches
             ),
-            "gpurig_undeclared_message": lambda names, strict=False: undeclared_message(
-                names, declared_variables(), strict
+            "gpurig_undeclared_message": lambda names, switches=(), strict=False: (
+                undeclared_message(names, declared_variables() + list(switches), strict)
             ),
             "gpurig_overridden_variables": overridden_variables,
             "gpurig_overridden_message": overridden_message,

@@ -11,6 +11,10 @@
 #                                   systemd are still Debian 12's: it exercises fact-driven var
 #                                   selection, the ubuntu2004 repo path and Python 3.8 module
 #                                   execution, not Ubuntu's archive. See README "What the tests cover".
+#   local/gpurig-ubuntu2604-standin  the Debian 13 rootfs posing as Ubuntu 26.04 "resolute": its
+#                                   os-release and lsb-release say so; Debian 13's apt 3 and Python
+#                                   3.13 are the nearest to 26.04's own (apt 3, Python 3.14). It
+#                                   exercises the ubuntu2604 repo directory, its key and defaults.
 #
 # Each debootstrapped rootfs is cached as a zstd tarball (~90 MB) in $GPURIG_CACHE so a second
 # run on the same machine imports it in seconds; a fresh machine builds it (~2-3 min per suite).
@@ -22,6 +26,7 @@ mkdir -p "$cache"
 suites=(bookworm:12 trixie:13)
 debian_image=local/gpurig-debian:12
 ubuntu_image=local/gpurig-ubuntu2004-standin:latest
+resolute_image=local/gpurig-ubuntu2604-standin:latest
 
 mirror() {
   # The mirror this host already uses, so the images work wherever the host's apt works.
@@ -117,6 +122,39 @@ DOCKERFILE
   rm -rf "$ctx"
 }
 
+# Ubuntu 26.04's os-release and lsb-release (VERSION_ID 26.04, codename resolute: packages.ubuntu.com,
+# "resolute (26.04LTS)", checked 2026-11-27).
+build_resolute_standin() {
+  local ctx
+  ctx=$(mktemp -d /tmp/gpurig-standin.XXXXXX)
+  cat >"$ctx/os-release" <<'OSR'
+NAME="Ubuntu"
+VERSION="26.04 LTS (Resolute Raccoon)"
+ID=ubuntu
+ID_LIKE=debian
+PRETTY_NAME="Ubuntu 26.04 LTS"
+VERSION_ID="26.04"
+VERSION_CODENAME=resolute
+UBUNTU_CODENAME=resolute
+OSR
+  cat >"$ctx/lsb-release" <<'LSB'
+DISTRIB_ID=Ubuntu
+DISTRIB_RELEASE=26.04
+DISTRIB_CODENAME=resolute
+DISTRIB_DESCRIPTION="Ubuntu 26.04 LTS"
+LSB
+  cat >"$ctx/Dockerfile" <<DOCKERFILE
+FROM local/gpurig-debian:13
+COPY os-release /usr/lib/os-release
+COPY lsb-release /etc/lsb-release
+RUN echo "forky/sid" > /etc/debian_version && echo "TEST STAND-IN: Debian 13 rootfs that reports Ubuntu 26.04" > /etc/gpurig-standin
+CMD ["/lib/systemd/systemd"]
+DOCKERFILE
+  echo "images: building $resolute_image"
+  DOCKER_BUILDKIT=0 docker build -q -t "$resolute_image" "$ctx" >/dev/null
+  rm -rf "$ctx"
+}
+
 built=()
 for entry in "${suites[@]}"; do
   suite=${entry%%:*}
@@ -127,4 +165,5 @@ for entry in "${suites[@]}"; do
   built+=("$image")
 done
 docker image inspect "$ubuntu_image" >/dev/null 2>&1 || build_ubuntu_standin
-echo "images: ready (${built[*]}, $ubuntu_image)"
+docker image inspect "$resolute_image" >/dev/null 2>&1 || build_resolute_standin
+echo "images: ready (${built[*]}, $ubuntu_image, $resolute_image)"

@@ -359,7 +359,7 @@ def test_the_table_and_the_host_s_key_are_the_role_compat_s_only_variables():
     assert sorted(p.name for p in drift.COMPAT_FILE.parent.iterdir()) == ["compat.yml", "host.yml"]
     assert list(yaml.safe_load(drift.COMPAT_FILE.read_text())) == [drift.COMPAT_VARIABLE]
     host = yaml.safe_load((drift.COMPAT_FILE.parent / "host.yml").read_text())
-    assert list(host) == ["compat_distro"]
+    assert list(host) == ["compat_distro", "compat_default_branch", "compat_default_cuda"]
     assert {"branches", "cuda", "cuda_major", "distros", "nvidia_repo_keys"} <= set(COMPAT)
 
 
@@ -370,11 +370,11 @@ def dependencies(role: str) -> list[str]:
 
 def test_each_role_reading_the_table_depends_on_compat():
     # Ansible gives a role the vars of its meta/main.yml dependencies: without the dependency,
-    # compat_matrix would be undefined whenever the role runs on its own.
+    # compat_matrix and compat_distro would be undefined whenever the role runs on its own.
     readers = {
         path.relative_to(ROLES).parts[0]
         for path in ROLES.rglob("*.yml")
-        if re.search(r"\bcompat_matrix\b", path.read_text())
+        if re.search(r"\bcompat_(matrix|distro)\b", path.read_text())
     } - {"compat"}
     assert {"nvidia_repo", "nvidia_driver", "python_env"} <= readers
     assert {
@@ -390,3 +390,18 @@ def test_the_host_s_key_in_the_table_is_worked_out_once():
         if "distribution_version'] | replace('.', '')" in path.read_text():
             found.append(str(path.relative_to(ROOT)))
     assert found == ["roles/compat/vars/main/host.yml"]
+
+
+def test_the_os_default_branch_and_cuda_are_looked_up_once():
+    """compat_default_branch and compat_default_cuda (roles/compat/vars/main/host.yml) are the one
+    lookup of each; roles and verify.yml read them, with no literal fallback of their own."""
+    found = {"branch": [], "cuda": []}
+    for path in [*ROOT.glob("roles/**/*.yml"), *ROOT.glob("playbooks/**/*.yml"), ROOT / "site.yml"]:
+        text = path.read_text()
+        for what in found:
+            if re.search(rf"\.default\.{what}\b", text):
+                found[what].append(str(path.relative_to(ROOT)))
+    assert found == {
+        "branch": ["roles/compat/vars/main/host.yml"],
+        "cuda": ["roles/compat/vars/main/host.yml"],
+    }

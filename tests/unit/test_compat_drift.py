@@ -297,8 +297,11 @@ def test_command_exits_1_on_a_cudnn_the_index_lacks(sources, capsys):
 
 
 def test_command_reports_an_unverified_key_as_a_warning(sources, capsys):
+    # A table that leaves an OS key unverified (null): the key file its directory serves is named.
+    compat = copy.deepcopy(COMPAT)
+    compat["distros"]["ubuntu2604"]["key"] = None
     (sources / "nvidia/ubuntu2604/x86_64/Packages").write_text(PACKAGES_2204)
-    code = run(sources, "--distro", "ubuntu2604")
+    code = run(sources, "--distro", "ubuntu2604", compat=compat)
     out = report(capsys)
     warnings = {f["subject"]: f["message"] for f in out["findings"] if f["severity"] == "WARNING"}
     assert "fixture0.pub" in warnings["key (none)"]

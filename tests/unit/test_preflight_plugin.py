@@ -95,10 +95,37 @@ def test_undeclared_names_carry_a_role_prefix_and_no_role_declares_them():
         "ansible_host",  # not a role's
         "gpurig_strict_vars",  # not a role's
         "nvidia",  # the prefix alone, no underscore
-        "nvidiadriver_branch",  # no role's prefix
+        "scratch_dir",  # no role's prefix, like no declared name: the user's own
     ]
     undeclared = preflight.undeclared_variables(given, DECLARED, ["nvidia_driver", "cuda_toolkit"])
     assert undeclared == ["cuda_tolkit_version", "nvidia_driver_brnach"]
+
+
+SWITCHES = ["gpurig_strict_vars", "gpurig_container_runtime", "gpurig_contact_checks"]
+
+
+def test_a_misspelt_prefix_or_switch_is_named_too():
+    given = [
+        "nvida_driver_branch",  # the role's prefix misspelt
+        "nvidiadriver_branch",  # its underscore dropped
+        "gpurig_strict_var",  # a switch misspelt
+        "gpurig_strict_vars",  # the switch itself
+        "gpurig_debug",  # the project's prefix, no such switch
+        "ansible_host",
+        "scratch_dir",
+    ]
+    roles = ["nvidia_driver", "cuda_toolkit"]
+    undeclared = preflight.undeclared_variables(given, DECLARED, roles, SWITCHES)
+    assert undeclared == [
+        "gpurig_debug",
+        "gpurig_strict_var",
+        "nvida_driver_branch",
+        "nvidiadriver_branch",
+    ]
+    known = DECLARED + SWITCHES
+    assert preflight.did_you_mean("nvida_driver_branch", known) == ["nvidia_driver_branch"]
+    assert preflight.did_you_mean("gpurig_strict_var", known) == ["gpurig_strict_vars"]
+    assert preflight.did_you_mean("gpurig_debug", known) == []
 
 
 def spec_options(role: str) -> list[str]:
@@ -119,6 +146,12 @@ def test_the_filters_compare_with_every_role_s_argument_spec():
     )
     message = filters["gpurig_undeclared_message"](["nvidia_driver_brnach"], strict=True)
     assert message.endswith("nvidia_driver_brnach: did you mean nvidia_driver_branch? ")
+    # site.yml passes its switches: a misspelling of one is named, with the switch it may mean
+    assert filters["gpurig_undeclared_variables"](["gpurig_strict_var"], SWITCHES) == [
+        "gpurig_strict_var"
+    ]
+    message = filters["gpurig_undeclared_message"](["gpurig_strict_var"], SWITCHES)
+    assert "gpurig_strict_var: did you mean gpurig_strict_vars?" in message
 
 
 def test_a_typing_slip_suggests_only_the_name_with_the_same_letters():
@@ -192,6 +225,7 @@ RUNS = [
             "misspelt": {"nvidia_driver_brnach": "550"},
             "misspelt-strict": {"nvidia_driver_brnach": "550", "gpurig_strict_vars": True},
             "overridden": {"cudnn_cuda_version": "12.2"},
+            "misprefixed": {"nvida_driver_branch": "550", "gpurig_strict_var": True},
         },
         ["--tags", "preflight,containers", "--skip-tags", "nvidia,python"],
     ),
@@ -274,6 +308,13 @@ def test_site_yml_names_the_misspelling_and_refuses_it_when_strict(preflight_run
     ]
     assert refused["misspelt-strict"]["failed"]
     assert "did you mean nvidia_driver_branch" in refused["misspelt-strict"]["msg"]
+
+
+def test_site_yml_names_a_misspelt_prefix_and_a_misspelt_switch(preflight_run):
+    warned = preflight_run["Name the variables that look like a role's but that no role declares."]
+    message = shown(warned, "misprefixed")
+    assert "nvida_driver_branch: did you mean nvidia_driver_branch?" in message
+    assert "gpurig_strict_var: did you mean gpurig_strict_vars?" in message
 
 
 def test_site_yml_names_a_variable_it_passes_itself(preflight_run):

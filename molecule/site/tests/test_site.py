@@ -207,6 +207,10 @@ REFUSED = {
         },
         'nvidia_driver_branch "535" is not a branch NVIDIA publishes for debian13',
     ),
+    "ubuntu2604": (
+        {"nvidia_driver_branch": "580"},
+        'nvidia_driver_branch "580" is not a branch NVIDIA publishes for ubuntu2604',
+    ),
     "debian12": (
         {
             "cuda_toolkit_version": "13.0",
