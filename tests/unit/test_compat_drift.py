@@ -154,10 +154,11 @@ def test_newer_branch_cuda_cudnn_and_nccl_are_behind():
         stanza(name, version)
         for name, version in (
             ("cuda-drivers-640", "640.10.01-0ubuntu1"),
-            ("cuda-toolkit-13-5", "13.5.0-1"),
+            ("cuda-toolkit-13-5", "13.5.0-1"),  # in the table, not listed for the OS
+            ("cuda-toolkit-13-6", "13.6.0-1"),  # not in the table
             ("cudnn9-cuda-13", "9.30.0.20-1"),
             ("libnccl2", "2.33.1-1+cuda13.4"),
-            ("libnccl2", "2.40.1-1+cuda13.5"),  # another CUDA: not the default's build
+            ("libnccl2", "2.40.1-1+cuda13.6"),  # another CUDA: not the default's build
             ("cudnn10-cuda-13", "10.0.0.1-1"),
         )
     )
@@ -165,11 +166,13 @@ def test_newer_branch_cuda_cudnn_and_nccl_are_behind():
     assert set(behind) == {
         "cuda-drivers-640",
         "cuda-toolkit-13-5",
+        "cuda-toolkit-13-6",
         "cudnn9-cuda-13",
         "libnccl2",
         "cudnn10-cuda-13",
     }
-    assert "not in compat.yml's cuda table" in behind["cuda-toolkit-13-5"]
+    assert "not in compat.yml's cuda table" in behind["cuda-toolkit-13-6"]
+    assert "CUDA 13.5 published" in behind["cuda-toolkit-13-5"]
     assert "2.33.1-1+cuda13.4" in behind["libnccl2"]
 
 
