@@ -1,22 +1,23 @@
-"""One controller per sweep directory: controller.lock names the controller running it.
+"""One controller per sweep directory: an exclusive flock(2) on controller.lock.
 
-The lock file holds the controller's pid, host, start time and command line. It appears whole
-or not at all (written under a temporary name, then hard-linked to its name, which fails if the
-name exists), so a second controller either takes it or reads who holds it. A lock whose holder
-ran on this host and is no longer alive (its pid is gone, or is now another process: the start
-time recorded from /proc differs) is stale: it is taken over with a message. A lock from another
-host cannot be checked from here and is refused like a live one; the message says how to
-release it.
+The controller holds the lock for as long as it runs the sweep, and the kernel releases it when
+the process ends, however it ends (flock(2): the lock goes with the last descriptor of the open
+file), so a lock is never stale. The file also names its holder (pid, host, start time, command)
+for the message a second controller gets. Over NFS, Linux emulates flock with fcntl byte-range
+locks, which the server sees (flock(2), NOTES, since Linux 2.6.12; man-pages 6.18, checked
+2026-11-27), unless the share is mounted with local_lock: a lock file that names another host is
+therefore refused even when no lock is held here, with how to release it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import socket
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -32,21 +33,10 @@ class Holder:
     pid: int
     host: str
     started_at: str  # ISO time the controller took the lock
-    process_start: int | None  # /proc/<pid>/stat start time (clock ticks after boot)
     command: str
 
     def describe(self) -> str:
         return f"pid {self.pid} on {self.host}, since {self.started_at} ({self.command})"
-
-
-def process_start(pid: int) -> int | None:
-    """When `pid` started, in clock ticks after boot (field 22 of /proc/<pid>/stat); None
-    where it cannot be read."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(stat.rsplit(")", 1)[1].split()[19])
 
 
 def this_controller() -> Holder:
@@ -54,28 +44,17 @@ def this_controller() -> Holder:
         pid=os.getpid(),
         host=socket.gethostname(),
         started_at=datetime.now(UTC).isoformat(timespec="seconds"),
-        process_start=process_start(os.getpid()),
         command=" ".join(["python -m bench.scaling", *sys.argv[1:]])[:300],
     )
 
 
-def is_alive(holder: Holder) -> bool:
-    """Whether the holder (on this host) still runs: its pid exists and is the same process."""
-    try:
-        os.kill(holder.pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass  # exists, owned by someone else
-    started = process_start(holder.pid)
-    return holder.process_start is None or started is None or started == holder.process_start
-
-
 def read_holder(path: Path) -> Holder | None:
-    """The lock's holder; None if the file is gone or unreadable."""
+    """Who the lock file names; None if it is gone, empty or unreadable (lock files of earlier
+    versions carry more keys: only this one's are read)."""
     try:
-        return Holder(**json.loads(path.read_text()))
-    except (OSError, ValueError, TypeError):
+        named = json.loads(path.read_text())
+        return Holder(**{f.name: named[f.name] for f in fields(Holder)})
+    except (OSError, ValueError, TypeError, KeyError):
         return None
 
 
@@ -83,64 +62,66 @@ def read_holder(path: Path) -> Holder | None:
 class SweepLock:
     path: Path
     holder: Holder
+    fd: int
 
     def release(self) -> None:
-        """Remove the lock if it is still this controller's."""
-        if read_holder(self.path) == self.holder:
-            with contextlib.suppress(FileNotFoundError):
-                self.path.unlink()
-
-
-def _try_create(path: Path, holder: Holder) -> bool:
-    tmp = path.with_name(f".{path.name}.{holder.pid}.tmp")
-    tmp.write_text(json.dumps(asdict(holder)))
-    try:
-        os.link(tmp, path)
-        return True
-    except FileExistsError:
-        return False
-    finally:
-        tmp.unlink()
-
-
-def _take_over(path: Path, stale: Holder | None) -> bool:
-    """Move a stale lock aside; False if another controller replaced it meanwhile."""
-    aside = path.with_name(f".{path.name}.stale.{os.getpid()}")
-    try:
-        os.replace(path, aside)
-    except FileNotFoundError:
-        return True  # its holder just released it
-    if read_holder(aside) != stale:  # not the lock judged stale: give it back
-        with contextlib.suppress(FileExistsError):
-            os.link(aside, path)
-        aside.unlink()
-        return False
-    aside.unlink()
-    return True
+        """Remove the lock file while still holding it, then let the lock go."""
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
+        os.close(self.fd)
 
 
 def refusal(path: Path, holder: Holder | None) -> str:
     if holder is None:
-        return f"{path} exists but cannot be read; remove it if no controller runs this sweep"
-    where = "" if holder.host == socket.gethostname() else " (another host: not checked here)"
+        return (
+            f"{path.parent} is being run by another controller ({path} is locked). Wait for it to "
+            "end, or stop it, then --resume again"
+        )
+    if holder.host != socket.gethostname():
+        return (
+            f"{path} names a controller on another host: {holder.describe()}, whose lock cannot be "
+            f"seen from here. If it no longer runs this sweep, remove {path} and --resume again"
+        )
     return (
-        f"{path.parent} is being run by another controller: {holder.describe()}{where}. "
-        f"Wait for it to end, or stop it, then --resume again; if it is gone, remove {path}"
+        f"{path.parent} is being run by another controller: {holder.describe()}. "
+        "Wait for it to end, or stop it, then --resume again"
     )
 
 
+def _locked(path: Path) -> int | None:
+    """A descriptor of PATH holding its exclusive flock, or None when another process holds it.
+    The file is locked as it is named when the call returns: one unlinked by its holder's release
+    between our open and our lock is opened again."""
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        try:
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                return fd
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+
+
 def acquire(directory: Path, notes: list[str] | None = None) -> SweepLock:
-    """Take the sweep's lock for this controller, taking over a stale one (said in `notes`);
-    LockHeld when another live controller (or one on another host) holds it."""
+    """Take the sweep's lock for this controller; LockHeld when a live controller holds it, or
+    the file names one on another host. A file left by a controller that ended without releasing
+    it is taken, said in `notes`."""
     path, me = directory / LOCK_NAME, this_controller()
-    for _ in range(5):
-        if _try_create(path, me):
-            return SweepLock(path, me)
-        holder = read_holder(path)
-        if holder is None and path.exists():
-            raise LockHeld(refusal(path, None))
-        if holder is not None and (holder.host != me.host or is_alive(holder)):
-            raise LockHeld(refusal(path, holder))
-        if _take_over(path, holder) and notes is not None and holder is not None:
-            notes.append(f"took over the stale lock of {holder.describe()}: no longer running")
-    raise LockHeld(f"{path}: other controllers keep taking this lock; try again")
+    fd = _locked(path)
+    if fd is None:
+        raise LockHeld(refusal(path, read_holder(path)))
+    left = read_holder(path)
+    if left is not None and left.host != me.host:
+        os.close(fd)
+        raise LockHeld(refusal(path, left))
+    if left is not None and notes is not None:
+        notes.append(f"took over the lock of {left.describe()}: no longer running")
+    os.ftruncate(fd, 0)
+    os.write(fd, json.dumps(asdict(me)).encode())
+    os.fsync(fd)
+    return SweepLock(path, me, fd)

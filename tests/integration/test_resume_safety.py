@@ -154,7 +154,7 @@ def test_resume_after_kill_9_and_damage_keeps_finished_rows(
     resume = [sys.executable, "-m", "bench.scaling", "--resume", str(d), "--no-progress"]
     done = subprocess.run(resume, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "took over the stale lock of pid" in done.stderr  # the killed controller's
+    assert "took over the lock of pid" in done.stderr  # the killed controller's
     name = damage.split()[1]
     assert f"{name} was {'missing' if name == 'runs.parquet' else 'damaged ('}" in done.stderr
     assert "launching 1 run(s) and 0 probe(s); 1 run(s) already done" in done.stderr

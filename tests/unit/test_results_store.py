@@ -132,34 +132,45 @@ def test_a_live_controller_s_lock_refuses_a_second_one(tmp_path: Path) -> None:
     sweep_lock.acquire(tmp_path).release()
 
 
-def test_a_dead_controller_s_lock_is_taken_over(tmp_path: Path) -> None:
-    gone = subprocess.run(
-        [sys.executable, "-c", "import os; print(os.getpid())"],
-        capture_output=True,
+HOLD = """
+import sys
+from pathlib import Path
+from bench import sweep_lock
+sweep_lock.acquire(Path(sys.argv[1]))
+print("held", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_controller_that_dies_holding_the_lock_leaves_it_free(tmp_path: Path) -> None:
+    # Another process takes the lock and holds it until it is killed: no cleanup of its own.
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(tmp_path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
         text=True,
-        check=True,
+        cwd=Path(__file__).resolve().parents[2],
     )
-    holder = sweep_lock.this_controller()
-    stale = sweep_lock.Holder(
-        int(gone.stdout), holder.host, "2026-11-24T00:00:00+00:00", 12345, "python -m bench.scaling"
-    )
-    (tmp_path / sweep_lock.LOCK_NAME).write_text(json.dumps(stale.__dict__))
+    try:
+        assert holder.stdout.readline() == "held\n"
+        with pytest.raises(sweep_lock.LockHeld, match=f"pid {holder.pid} on "):
+            sweep_lock.acquire(tmp_path)
+    finally:
+        holder.kill()
+        holder.wait()
+    left = sweep_lock.read_holder(tmp_path / sweep_lock.LOCK_NAME)
+    assert left is not None and left.pid == holder.pid
     notes: list[str] = []
     lock = sweep_lock.acquire(tmp_path, notes)
     assert lock.holder.pid == os.getpid()
-    assert notes == [f"took over the stale lock of {stale.describe()}: no longer running"]
-
-
-def test_a_reused_pid_does_not_keep_a_lock(tmp_path: Path) -> None:
-    # this very process, but started at another time: the pid was reused
-    me = sweep_lock.this_controller()
-    reused = sweep_lock.Holder(me.pid, me.host, me.started_at, (me.process_start or 0) + 1, "x")
-    assert sweep_lock.is_alive(me) and not sweep_lock.is_alive(reused)
+    assert notes == [f"took over the lock of {left.describe()}: no longer running"]
+    lock.release()
 
 
 def test_a_lock_from_another_host_is_refused_with_how_to_release_it(tmp_path: Path) -> None:
-    other = sweep_lock.Holder(1, "elsewhere.example", "2026-11-24T00:00:00+00:00", None, "x")
+    other = sweep_lock.Holder(1, "elsewhere.example", "2026-11-24T00:00:00+00:00", "x")
     path = tmp_path / sweep_lock.LOCK_NAME
     path.write_text(json.dumps(other.__dict__))
-    with pytest.raises(sweep_lock.LockHeld, match=f"another host: not checked here.*remove {path}"):
+    with pytest.raises(sweep_lock.LockHeld, match=f"another host.*remove {path}"):
         sweep_lock.acquire(tmp_path)
+    assert sweep_lock.read_holder(path) == other  # left as it was
