@@ -230,7 +230,13 @@ RUNS = [
         ["--tags", "preflight,containers", "--skip-tags", "nvidia,python"],
     ),
     (
-        {"containers-on": {"gpurig_container_runtime": True}},
+        {
+            "containers-on": {"gpurig_container_runtime": True},
+            "hold-dir-relative": {
+                "gpurig_container_runtime": True,
+                "package_hold_apt_conf_dir": "etc/apt/apt.conf.d",
+            },
+        },
         ["--tags", "preflight", "--skip-tags", "nvidia,python"],
     ),
 ]
@@ -335,5 +341,15 @@ def test_site_yml_checks_only_the_roles_the_tags_leave(preflight_run):
         host: [item["item"] for item in result.get("results", [])]
         for host, result in checked.items()
     }
-    assert roles["containers-on"] == ["container_runtime"]
+    # the selected role, then the helper roles it calls (their given variables only)
+    assert roles["containers-on"] == ["container_runtime", "package_hold", "apt_source"]
     assert roles["misspelt"] == [] and roles["overridden"] == []
+
+
+def test_site_yml_refuses_a_helper_role_s_variable_before_any_role_runs(preflight_run):
+    kinds = preflight_run["Check the variables given for each role by their kind."]
+    refused = kinds["hold-dir-relative"]
+    assert refused["failed"]
+    message = " ".join(r.get("msg", "") for r in refused["results"] if r.get("failed"))
+    assert "package_hold_apt_conf_dir" in message and "etc/apt/apt.conf.d" in message
+    assert not kinds["containers-on"].get("failed")
