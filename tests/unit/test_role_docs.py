@@ -240,3 +240,31 @@ def test_developing_md_maps_every_role_playbook_and_plugin():
     mapped = {n for n in named if n.split("/")[0] in ("roles", "filter_plugins", "test_plugins")}
     mapped |= {n for n in named if n.startswith("playbooks/") and n.endswith(".yml")}
     assert mapped - expected == set(), "docs/DEVELOPING.md's Layout names what is gone"
+
+
+BOOL_OPTIONS = sorted(
+    {
+        name
+        for role in ROLES
+        for name, option in all_options(role).items()
+        if option.get("type") == "bool"
+    }
+)
+# A bool option read as a truth value: not piped (| bool, | to_json, ...) nor compared (==, is, in).
+BARE_TRUTH = re.compile(
+    r"\b(?:" + "|".join(map(re.escape, BOOL_OPTIONS)) + r")\b(?!\s*(?:\||==|!=|\bis\b|\bin\b|\.|\[))"
+)
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_bool_options_are_read_through_the_bool_filter(role):
+    # `-e name=false` gives the string "false", which ansible-core 2.19 refuses as a conditional
+    # ("Conditional result (True) was derived from value of type 'str'"): every truth test of a bool
+    # option goes through | bool, so the string and the YAML boolean mean the same.
+    bare = {}
+    for path in sorted((ROLES_DIR / role).rglob("*.yml")):
+        for expr in expressions(yaml.safe_load(path.read_text())):
+            found = BARE_TRUTH.findall(QUOTED.sub("", expr))
+            if found:
+                bare.setdefault(str(path.relative_to(REPO)), set()).update(found)
+    assert bare == {}
