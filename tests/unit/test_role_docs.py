@@ -251,9 +251,9 @@ BOOL_OPTIONS = sorted(
     }
 )
 # A bool option read as a truth value: not piped (| bool, | to_json, ...) nor compared (==, is, in).
-BARE_TRUTH = re.compile(
-    r"\b(?:" + "|".join(map(re.escape, BOOL_OPTIONS)) + r")\b(?!\s*(?:\||==|!=|\bis\b|\bin\b|\.|\[))"
-)
+NOT_A_TRUTH_TEST = r"(?!\s*(?:\||==|!=|\bis\b|\bin\b|\.|\[))"
+BOOL_NAME = r"\b(?:" + "|".join(map(re.escape, BOOL_OPTIONS)) + r")\b"
+BARE_TRUTH = re.compile(BOOL_NAME + NOT_A_TRUTH_TEST)
 
 
 @pytest.mark.parametrize("role", ROLES)
