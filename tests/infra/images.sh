@@ -78,6 +78,28 @@ import_debian() {
   zstd -dc "$1" | docker import -c 'CMD ["/lib/systemd/systemd"]' - "$2" >/dev/null
 }
 
+# ubuntu_release_files DIR VERSION_ID POINT_RELEASE CODENAME "Code Name": the os-release and
+# lsb-release an Ubuntu LTS release ships, written into DIR for a stand-in image to copy.
+ubuntu_release_files() {
+  local dir=$1 id=$2 point=$3 codename=$4 name=$5
+  cat >"$dir/os-release" <<OSR
+NAME="Ubuntu"
+VERSION="$point LTS ($name)"
+ID=ubuntu
+ID_LIKE=debian
+PRETTY_NAME="Ubuntu $point LTS"
+VERSION_ID="$id"
+VERSION_CODENAME=$codename
+UBUNTU_CODENAME=$codename
+OSR
+  cat >"$dir/lsb-release" <<LSB
+DISTRIB_ID=Ubuntu
+DISTRIB_RELEASE=$id
+DISTRIB_CODENAME=$codename
+DISTRIB_DESCRIPTION="Ubuntu $point LTS"
+LSB
+}
+
 build_ubuntu_standin() {
   [ -x "$py38/bin/python3.8" ] || {
     echo "images: no CPython 3.8 at $py38 (set GPURIG_PY38); the Ubuntu 20.04 stand-in needs one" >&2
@@ -87,22 +109,7 @@ build_ubuntu_standin() {
   ctx=$(mktemp -d /tmp/gpurig-standin.XXXXXX)
   cp -a "$py38" "$ctx/py38"
   rm -f "$ctx"/py38/lib/python3.8/site-packages/_sandboxing*.pth
-  cat >"$ctx/os-release" <<'OSR'
-NAME="Ubuntu"
-VERSION="20.04.6 LTS (Focal Fossa)"
-ID=ubuntu
-ID_LIKE=debian
-PRETTY_NAME="Ubuntu 20.04.6 LTS"
-VERSION_ID="20.04"
-VERSION_CODENAME=focal
-UBUNTU_CODENAME=focal
-OSR
-  cat >"$ctx/lsb-release" <<'LSB'
-DISTRIB_ID=Ubuntu
-DISTRIB_RELEASE=20.04
-DISTRIB_CODENAME=focal
-DISTRIB_DESCRIPTION="Ubuntu 20.04.6 LTS"
-LSB
+  ubuntu_release_files "$ctx" 20.04 20.04.6 focal "Focal Fossa"
   cat >"$ctx/Dockerfile" <<DOCKERFILE
 FROM $debian_image
 COPY py38 $py38
@@ -122,27 +129,11 @@ DOCKERFILE
   rm -rf "$ctx"
 }
 
-# Ubuntu 26.04's os-release and lsb-release (VERSION_ID 26.04, codename resolute: packages.ubuntu.com,
-# "resolute (26.04LTS)", checked 2026-11-27).
+# Ubuntu 26.04 "resolute" (packages.ubuntu.com, "resolute (26.04LTS)", checked 2026-11-27).
 build_resolute_standin() {
   local ctx
   ctx=$(mktemp -d /tmp/gpurig-standin.XXXXXX)
-  cat >"$ctx/os-release" <<'OSR'
-NAME="Ubuntu"
-VERSION="26.04 LTS (Resolute Raccoon)"
-ID=ubuntu
-ID_LIKE=debian
-PRETTY_NAME="Ubuntu 26.04 LTS"
-VERSION_ID="26.04"
-VERSION_CODENAME=resolute
-UBUNTU_CODENAME=resolute
-OSR
-  cat >"$ctx/lsb-release" <<'LSB'
-DISTRIB_ID=Ubuntu
-DISTRIB_RELEASE=26.04
-DISTRIB_CODENAME=resolute
-DISTRIB_DESCRIPTION="Ubuntu 26.04 LTS"
-LSB
+  ubuntu_release_files "$ctx" 26.04 26.04 resolute "Resolute Raccoon"
   cat >"$ctx/Dockerfile" <<DOCKERFILE
 FROM local/gpurig-debian:13
 COPY os-release /usr/lib/os-release
