@@ -21,6 +21,10 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 
 OK = "ok"  # bench.report.per_gpu.OK: the verdict of a GPU within the threshold
+# A node's verdict, and a verify check's where it says one (filter_plugins/gpurig_health.py).
+PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
+SAID = {FAIL: "failed", INCONCLUSIVE: "was inconclusive"}
+SHOWN = {PASS: "pass", FAIL: "FAIL", INCONCLUSIVE: "INCONCLUSIVE"}  # the fleet table's column
 
 
 def _float(text: str | None) -> float | None:
@@ -78,11 +82,17 @@ def node_verdict(
         )
     else:
         failed = [
-            {"check": c.get("check", "?"), "message": c.get("message", "")}
+            {
+                "check": c.get("check", "?"),
+                "message": c.get("message", ""),
+                "verdict": c.get("verdict", FAIL),
+            }
             for c in summary.get("checks", [])
             if not c.get("passed")
         ]
-        reasons += [f"check {c['check']} failed: {c['message']}".rstrip(": ") for c in failed]
+        reasons += [
+            f"check {c['check']} {SAID[c['verdict']]}: {c['message']}".rstrip(": ") for c in failed
+        ]
     gpus = _gpus(gpu_rows)
     if not gpus:
         reasons.append("the per-GPU throughput check has no row for this host")
@@ -98,9 +108,13 @@ def node_verdict(
             rate = "no rate" if gpu["throughput"] is None else f"{gpu['throughput']:.1f} img/s"
             detail = f" ({gap})" if gap else (f": {gpu['error']}" if gpu["error"] else "")
             reasons.append(f"GPU {gpu['gpu_index']} {gpu['verdict']}: {rate}{detail}")
+    # Inconclusive where the only reasons are checks that could not tell (a measured figure whose
+    # interval still held its floor at the most repeats allowed): not a pass, not a failure.
+    conclusive = len(reasons) > sum(c["verdict"] == INCONCLUSIVE for c in failed)
     return {
         "host": host,
         "passed": not reasons,
+        "verdict": PASS if not reasons else FAIL if conclusive else INCONCLUSIVE,
         "reasons": reasons,
         "failed_checks": failed,
         "checks": len(summary.get("checks", [])) if summary else 0,
@@ -140,11 +154,13 @@ def acceptance_nodes(inputs: Sequence[Mapping], per_gpu_csv: str) -> list[dict]:
 def acceptance_fleet(nodes: Sequence[Mapping], title: str = "Fleet acceptance") -> str:
     """The fleet summary in markdown: the verdict, every node, the flagged GPUs slowest first."""
     failing = [n for n in nodes if not n["passed"]]
+    unsure = sum(n.get("verdict") == INCONCLUSIVE for n in nodes)
     verdict = "PASSED" if nodes and not failing else "FAILED"
     lines = [
         f"# {title}: {verdict}",
         "",
-        f"{len(nodes) - len(failing)} of {len(nodes)} nodes passed.",
+        f"{len(nodes) - len(failing)} of {len(nodes)} nodes passed, "
+        f"{len(failing) - unsure} failed, {unsure} inconclusive (not a pass: rerun them idle).",
         "",
         "| node | verdict | checks failed | GPUs | slowest GPU img/s | why |",
         "|---|---|---|---|---|---|",
@@ -154,7 +170,7 @@ def acceptance_fleet(nodes: Sequence[Mapping], title: str = "Fleet acceptance") 
         slowest = f"{min(rates):.1f}" if rates else ""
         why = "; ".join(node["reasons"]).replace("|", "\\|")
         lines.append(
-            f"| {node['host']} | {'pass' if node['passed'] else 'FAIL'} | "
+            f"| {node['host']} | {SHOWN[node.get('verdict', PASS if node['passed'] else FAIL)]} | "
             f"{len(node['failed_checks'])} of {node['checks']} | {len(node['gpus'])} | "
             f"{slowest} | {why} |"
         )

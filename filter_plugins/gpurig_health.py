@@ -43,6 +43,7 @@ Unit tests: tests/unit/test_health_checks.py.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterable, Mapping
 
@@ -500,8 +501,9 @@ def dcgm_health(watches: Mapping, result: Mapping, fail_on_warning=True) -> dict
     return _row("dcgm_health", passed, figures, message)
 
 
-# verify_hardware.py's figures judged by playbooks/vars/hardware_floors.yml: floor key -> where the
-# figure sits in a GPU's report (a path of keys) and what it is.
+# verify_hardware.py's figures, each carrying its floor from playbooks/vars/hardware_floors.yml
+# (the script matches each GPU to its model's entry): floor key -> where the figure sits in a GPU's
+# report (a path of keys) and what it is.
 HARDWARE_FIGURES = {
     "gemm_bf16_tflops": (("gemm_tflops", "bf16"), "bf16 GEMM", "TFLOPS"),
     "gemm_fp16_tflops": (("gemm_tflops", "fp16"), "fp16 GEMM", "TFLOPS"),
@@ -516,26 +518,65 @@ HARDWARE_FIGURES = {
 # ... and the one figure per ordered pair of GPUs, judged by the source GPU's model.
 PAIR_FIGURE = "p2p_gbs"
 
-
-def _words(name: str) -> set[str]:
-    return set(re.findall(r"[A-Z0-9]+", name.upper()))
-
-
-def hardware_floor_entry(name: str, floors: Iterable[Mapping]) -> Mapping | None:
-    """The first entry of the floors table whose every token is a word of the GPU's name."""
-    words = _words(name)
-    for entry in floors:
-        if all(token.upper() in words for token in entry.get("tokens", [])):
-            return entry
-    return None
+# A measured figure's verdict against its floor, from the Student-t interval of its mean.
+PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
+HARDWARE_RULE = (
+    "pass when the Student-t interval of the mean lies at or above the floor, fail when it lies "
+    "below, inconclusive when the floor is inside it after the most repeats allowed"
+)
 
 
-def hardware_floors(result: Mapping, floors: Iterable[Mapping]) -> dict:
-    """Each GPU's figures from playbooks/files/verify_hardware.py (the median of its repeats)
-    against its model's floors (playbooks/vars/hardware_floors.yml): passed when every figure
-    that has a floor reaches it. A model without an entry, and a figure without a floor, are
-    recorded unjudged, and the figures say so."""
-    floors = list(floors or [])
+def verdict(figure: Mapping) -> str | None:
+    """pass, fail or inconclusive for a figure with a floor; None for one without."""
+    floor = figure.get("floor")
+    if not floor:
+        return None
+    low, high = (float(x) for x in figure.get("interval") or (math.nan, math.nan))
+    if low >= float(floor["value"]):
+        return PASS
+    if high < float(floor["value"]):
+        return FAIL
+    return INCONCLUSIVE  # the floor inside the interval, or no interval (NaN compares false)
+
+
+def worst(verdicts: Iterable[str | None]) -> str:
+    found = set(verdicts)
+    return FAIL if FAIL in found else INCONCLUSIVE if INCONCLUSIVE in found else PASS
+
+
+def _judged(figure: Mapping, what: str, unit: str) -> tuple[dict, str]:
+    floor = figure.get("floor") or {}
+    low, high = (float(x) for x in figure.get("interval") or (math.nan, math.nan))
+    row = {
+        "verdict": verdict(figure),
+        "mean": float(figure["mean"]),
+        "interval": [low, high],
+        "confidence": figure.get("confidence"),
+        "repeats": len(figure.get("samples", [])),
+        "median": float(figure["median"]),
+        "best": float(figure["best"]),
+        "samples": figure.get("samples", []),
+        "unit": unit,
+        "floor": float(floor["value"]) if floor else None,
+        "kind": floor.get("kind"),
+        "source": floor.get("source"),
+    }
+    said = (
+        f"{what} {row['mean']:,.1f} {unit} (mean of {row['repeats']}, "
+        f"{100 * float(row['confidence'] or 0):.0f} % interval {low:,.1f} to {high:,.1f}) "
+        f"vs floor {row['floor']:,.1f} ({row['source']})"
+        if floor
+        else ""
+    )
+    return row, said
+
+
+def hardware_floors(result: Mapping) -> dict:
+    """Each GPU's figures from playbooks/files/verify_hardware.py against the floors it carries
+    (playbooks/vars/hardware_floors.yml, its model's entry): each figure passes, fails or is
+    inconclusive by its interval (HARDWARE_RULE), and the check takes the worst verdict. A model
+    without an entry, and a figure without a floor, are recorded unjudged, and the figures say
+    so. An inconclusive check does not pass."""
     ran, said = _ran(result)
     try:
         report = json.loads(str(result.get("stdout") or "")) if ran else {}
@@ -544,87 +585,163 @@ def hardware_floors(result: Mapping, floors: Iterable[Mapping]) -> dict:
     gpus = report.get("gpus", []) if isinstance(report, Mapping) else []
     if not ran or not gpus:
         reason = said if not ran else "it measured no GPU"
-        return _row(
+        row = _row(
             "hardware_floors",
             False,
             {"error": reason},
             f"verify_hardware.py did not measure the GPUs ({reason}).",
         )
-    figures, below, unjudged = [], [], []
+        return {**row, "verdict": FAIL}
+    figures, flagged, unjudged = [], {FAIL: [], INCONCLUSIVE: []}, []
     for gpu in gpus:
         name = str(gpu.get("name", "?"))
-        entry = hardware_floor_entry(name, floors)
-        judged = {}
+        rows = {}
         for key, (path, what, unit) in HARDWARE_FIGURES.items():
             found = gpu
             for part in path:
                 found = found.get(part, {}) if isinstance(found, Mapping) else {}
             if not found:
                 continue
-            floor = (entry or {}).get("floors", {}).get(key)
-            median = float(found["median"])
-            judged[key] = {
-                "median": median,
-                "best": float(found["best"]),
-                "samples": found.get("samples", []),
-                "unit": unit,
-                "floor": None if floor is None else float(floor["value"]),
-                "kind": None if floor is None else floor.get("kind"),
-                "source": None if floor is None else floor.get("source"),
-            }
-            if floor is not None and median < float(floor["value"]):
-                below.append(
-                    f"GPU {gpu.get('index')} ({name}) {what} {median:,.1f} {unit} "
-                    f"< floor {float(floor['value']):,.1f} ({floor.get('source')})"
-                )
-        if entry is None:
+            rows[key], said = _judged(found, f"GPU {gpu.get('index')} ({name}) {what}", unit)
+            if rows[key]["verdict"] in flagged:
+                flagged[rows[key]["verdict"]].append(said)
+        if gpu.get("model") is None:
             unjudged.append(f"GPU {gpu.get('index')} ({name}): no floors for this model")
         figures.append(
             {
                 "index": gpu.get("index"),
                 "name": name,
                 "uuid": gpu.get("uuid"),
-                "model": None if entry is None else entry.get("model"),
-                "figures": judged,
+                "model": gpu.get("model"),
+                "figures": rows,
             }
         )
     pairs = []
-    models = {figure["index"]: figure for figure in figures}
     for pair in report.get("p2p_gbs", []):
-        source = models.get(pair.get("src"), {})
-        entry = hardware_floor_entry(str(source.get("name", "")), floors) if source else None
-        floor = (entry or {}).get("floors", {}).get(PAIR_FIGURE)
-        median = float(pair["median"])
+        what = f"GPU {pair.get('src')} -> GPU {pair.get('dst')} copy ({pair.get('path')})"
+        row, said = _judged(pair, what, "GB/s")
         pairs.append(
-            {
-                "src": pair.get("src"),
-                "dst": pair.get("dst"),
-                "path": pair.get("path"),
-                "median": median,
-                "best": float(pair["best"]),
-                "floor": None if floor is None else float(floor["value"]),
-                "source": None if floor is None else floor.get("source"),
-            }
+            {"src": pair.get("src"), "dst": pair.get("dst"), "path": pair.get("path"), **row}
         )
-        if floor is not None and median < float(floor["value"]):
-            below.append(
-                f"GPU {pair.get('src')} -> GPU {pair.get('dst')} copy ({pair.get('path')}) "
-                f"{median:,.1f} GB/s < floor {float(floor['value']):,.1f} ({floor.get('source')})"
-            )
+        if row["verdict"] in flagged:
+            flagged[row["verdict"]].append(said)
+    overall = worst(
+        [r["verdict"] for f in figures for r in f["figures"].values()]
+        + [p["verdict"] for p in pairs]
+    )
     summary = {
-        "rule": "the median of the repeats >= the floor",
+        "rule": HARDWARE_RULE,
+        "verdict": overall,
         "pairs": pairs,
-        "repeats": report.get("settings", {}).get("repeats"),
         "gpus": figures,
         "not_judged": unjudged,
     }
+    message = []
+    if flagged[FAIL]:
+        message.append(
+            "Below the floor: " + "; ".join(flagged[FAIL]) + ". Reseat or replace the GPU, "
+            "check its PCIe link and power, or rerun with --tags hardware to confirm."
+        )
+    if flagged[INCONCLUSIVE]:
+        message.append(
+            "Inconclusive, the floor inside the interval at the most repeats allowed "
+            "(verify_hardware_max_repeats): " + "; ".join(flagged[INCONCLUSIVE]) + ". "
+            "Something else loaded the GPU or the figure sits at its floor: rerun on an idle "
+            "node with --tags hardware."
+        )
+    return {
+        **_row("hardware_floors", overall == PASS, summary, " ".join(message)),
+        "verdict": overall,
+    }
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def burn_in(result: Mapping, fault_reasons: Iterable = (), max_drop=0.05) -> dict:
+    """playbooks/files/verify_burnin.py's run judged: a GPU fails on an error of the load, an Xid
+    event, a rise of its uncorrectable ECC count, a fault clock reason in any reading (as
+    nvidia-smi names them: verify_throttle_fault_reasons), or throughput that drifts down: the
+    median of the last quarter of its windows more than max_drop below the median of the first
+    quarter (the very first window left out: clocks are still ramping there). Fewer than 5
+    windows cannot show a drift, and fail the check: the burn-in was too short for its window."""
+    ran, said = _ran(result)
+    try:
+        report = json.loads(str(result.get("stdout") or "")) if ran else {}
+    except ValueError:
+        ran, said, report = False, "its output is not JSON", {}
+    gpus = report.get("gpus", []) if isinstance(report, Mapping) else []
+    if not ran or not gpus:
+        reason = said if not ran else "it loaded no GPU"
+        return _row(
+            "burn_in", False, {"error": reason}, f"verify_burnin.py did not run ({reason})."
+        )
+    faults, limit = set(fault_reasons), float(max_drop)
+    problems = [f"the load failed: {error}" for error in report.get("errors", [])]
+    figures = []
+    for gpu in gpus:
+        name = f"GPU {gpu.get('index')} ({gpu.get('name', '?')})"
+        windows = [float(w) for w in gpu.get("windows", [])]
+        quarter = max(1, (len(windows) - 1) // 4)
+        early, late = windows[1 : 1 + quarter], windows[-quarter:]
+        drop = 1 - _median(late) / _median(early) if len(windows) >= 5 else None
+        samples = gpu.get("samples", [])
+        seen: dict[str, int] = {}
+        for sample in samples:
+            for reason in sample.get("reasons", []):
+                seen[reason] = seen.get(reason, 0) + 1
+        ecc = gpu.get("ecc_uncorrected", {})
+        rose = None not in (ecc.get("before"), ecc.get("after")) and ecc["after"] > ecc["before"]
+        figures.append(
+            {
+                "index": gpu.get("index"),
+                "name": gpu.get("name"),
+                "windows": len(windows),
+                "tflops_first": _median(early) if early else None,
+                "tflops_last": _median(late) if late else None,
+                "drop": drop,
+                "sm_mhz": [s.get("sm_mhz") for s in samples],
+                "power_w_max": max((s.get("power_w", 0) for s in samples), default=None),
+                "temp_c_max": max((s.get("temp_c", 0) for s in samples), default=None),
+                "reasons_seen": seen,
+                "xid": gpu.get("xid", []),
+                "ecc_uncorrected": ecc,
+            }
+        )
+        if drop is None:
+            problems.append(
+                f"{name}: {len(windows)} throughput windows, too few to show a drift (5 or more: "
+                "lengthen verify_burnin_seconds or shorten verify_burnin_window_seconds)"
+            )
+        elif drop > limit:
+            problems.append(
+                f"{name}: throughput fell {100 * drop:.1f} % over the burn-in "
+                f"({_median(early):,.1f} -> {_median(late):,.1f} TFLOPS), more than "
+                f"verify_burnin_max_drop {limit:g}"
+            )
+        problems += [
+            f"{name}: Xid {x.get('xid')} at {x.get('t', 0):.0f} s" for x in gpu.get("xid", [])
+        ]
+        if rose:
+            problems.append(
+                f"{name}: uncorrectable ECC errors rose {ecc['before']} -> {ecc['after']}"
+            )
+        for reason in sorted(faults & set(seen)):
+            problems.append(f"{name}: {reason} in {seen[reason]} of {len(samples)} readings")
+    summary = {
+        "rule": f"no error, Xid, ECC rise or fault clock reason; throughput drop <= {limit:g}",
+        "seconds": report.get("settings", {}).get("seconds"),
+        "xid_watch": report.get("xid_watch"),
+        "gpus": figures,
+    }
     return _row(
-        "hardware_floors",
-        not below,
+        "burn_in",
+        not problems,
         summary,
-        "Below the floor (median of "
-        f"{summary['repeats']} repeats): " + "; ".join(below) + ": reseat or replace the GPU, "
-        "check its PCIe link and power, or rerun with --tags hardware to confirm.",
+        "Burn-in: " + "; ".join(problems) + ". Drain the node and check its cooling and power.",
     )
 
 
@@ -647,4 +764,5 @@ class FilterModule:
             "gpurig_health_dcgm_health": dcgm_health,
             "gpurig_health_not_checked": not_checked,
             "gpurig_health_hardware_floors": hardware_floors,
+            "gpurig_health_burn_in": burn_in,
         }

@@ -1,12 +1,14 @@
 """verify.yml's hardware microbenchmarks: what each GPU computes and moves, measured with torch.
 
     python verify_hardware.py [--device cuda|cpu] [--gemm-size N] [--hbm-mib M] [--host-mib M]
-                              [--p2p-mib M] [--repeats R] [--iters I] [--warmup W]
+                              [--p2p-mib M] [--repeats R] [--max-repeats R] [--confidence C]
+                              [--floors JSON] [--iters I] [--warmup W]
                               [--tests gemm,hbm,host,p2p] [--cpu-devices K]
 
-Run with the training environment's interpreter (as verify_torch.py); it imports torch and the
-standard library only, so it runs where the bench package is not installed. It prints ONE JSON
-object on standard output and its progress on standard error:
+Run with the training environment's interpreter (as verify_torch.py); it imports torch, SciPy (a
+dependency of the bench, so in that environment) and the standard library, so it runs where the
+bench package itself is not installed. It prints ONE JSON object on standard output and its
+progress on standard error:
 
 - per GPU, dense matrix-product throughput (TFLOPS) in bf16, fp16, tf32 and fp32, the device-local
   copy bandwidth of its memory, and host-to-device / device-to-host copy bandwidth from pinned host
@@ -16,9 +18,16 @@ object on standard output and its progress on standard error:
   far NUMA node shows up;
 - with 2+ GPUs, the copy bandwidth of each ordered pair, and whether it went peer to peer.
 
-Every figure is measured --repeats times; the JSON keeps every sample, the best and the median, so
-that a judge can put an interval on it. Each sample times --iters operations after --warmup
-untimed ones (CUDA events on a GPU, perf_counter on the CPU).
+Every figure is measured --repeats times, and each sample times --iters operations after --warmup
+untimed ones (CUDA events on a GPU, perf_counter on the CPU). The JSON keeps every sample, the
+best, the median, the mean and its Student-t interval at --confidence.
+
+--floors takes the floors table (playbooks/vars/hardware_floors.yml's verify_hardware_floors, as
+JSON). Each GPU is matched to its model's entry there, and each figure with a floor keeps being
+sampled, up to --max-repeats samples, while its interval still contains the floor: the measurement
+stops when it is clearly above or clearly below, or at the cap. Each figure then carries its floor
+(value, kind, source) beside its interval, for verify.yml's judge (filter_plugins/gpurig_health.py:
+pass, fail or inconclusive).
 
 --device cpu runs the same code on CPU tensors with small default sizes: that is how CI exercises
 the measuring code. There is no host-device link then: the "host" copies are host memcpy and the
@@ -35,6 +44,7 @@ import argparse
 import json
 import math
 import platform
+import re
 import statistics
 import sys
 import threading
@@ -108,6 +118,42 @@ def positive_mib(text: str) -> float:
     return value
 
 
+def confidence(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0.5 <= value < 1:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not usable (expected a confidence level from 0.5 up to, not including, 1)"
+        )
+    return value
+
+
+def floors_table(text: str) -> list[dict]:
+    """The floors table: [{model, tokens: [str], floors: {figure: {value, kind, source}}}]."""
+    try:
+        table = json.loads(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"is not JSON ({error})") from None
+    shaped = isinstance(table, list) and all(
+        isinstance(entry, dict)
+        and isinstance(entry.get("tokens"), list)
+        and isinstance(entry.get("floors"), dict)
+        and all(
+            isinstance(floor, dict) and isinstance(floor.get("value"), int | float)
+            for floor in entry["floors"].values()
+        )
+        for entry in table
+    )
+    if not shaped:
+        raise argparse.ArgumentTypeError(
+            "is not a floors table (expected a JSON list of {model, tokens: [...], floors: "
+            "{figure: {value: number, kind, source}}}, as playbooks/vars/hardware_floors.yml)"
+        )
+    return table
+
+
 def test_list(text: str) -> tuple[str, ...]:
     names = tuple(name.strip() for name in text.split(",") if name.strip())
     unknown = [name for name in names if name not in TESTS]
@@ -135,7 +181,21 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--p2p-mib", type=positive_mib, help="GPU -> GPU buffer, MiB (cuda 256, cpu 16)"
     )
-    parser.add_argument("--repeats", type=positive_int, default=5, help="samples per figure")
+    parser.add_argument(
+        "--repeats", type=whole_number(2), default=5, help="samples per figure (2 or more)"
+    )
+    parser.add_argument(
+        "--max-repeats",
+        type=positive_int,
+        default=30,
+        help="samples per figure at most, while its interval still contains its floor",
+    )
+    parser.add_argument(
+        "--confidence", type=confidence, default=0.95, help="of each Student-t interval"
+    )
+    parser.add_argument(
+        "--floors", type=floors_table, default=[], help="the floors table as JSON (a list)"
+    )
     parser.add_argument("--iters", type=positive_int, default=10, help="operations per sample")
     parser.add_argument(
         "--warmup", type=non_negative_int, default=3, help="untimed operations before the samples"
@@ -149,6 +209,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.cpu_devices != 1 and args.device != "cpu":
         parser.error(f"argument --cpu-devices: {args.cpu_devices} applies to --device cpu only")
+    if args.max_repeats < args.repeats:
+        parser.error(
+            f"argument --max-repeats: {args.max_repeats} is below --repeats {args.repeats}"
+            " (expected a cap at least as large)"
+        )
     for key, value in DEFAULTS[args.device].items():
         if getattr(args, key) is None:
             setattr(args, key, value)
@@ -178,6 +243,77 @@ def summary(samples: list[float], unit: str) -> dict:
         "best": max(samples),
         "median": statistics.median(samples),
     }
+
+
+def interval(samples: list[float], level: float) -> tuple[float, float]:
+    """The Student-t interval of the mean of the samples: mean +- t * s / sqrt(n), as the bench
+    puts on its launches (bench/stats.py). NaN for fewer than two samples."""
+    if len(samples) < 2:
+        return math.nan, math.nan
+    from scipy import stats  # here: the option parser runs without SciPy
+
+    centre = statistics.fmean(samples)
+    half = float(stats.t.ppf((1 + level) / 2, len(samples) - 1)) * (
+        statistics.stdev(samples) / math.sqrt(len(samples))
+    )
+    return centre - half, centre + half
+
+
+def unclear(samples: list[float], floor: float | None, level: float) -> bool:
+    """Whether the floor still lies within the samples' interval (or there is no interval yet)."""
+    if floor is None:
+        return False
+    low, high = interval(samples, level)
+    return not (low >= floor or high < floor)
+
+
+# ---- The floors table: which entry a GPU is judged by -------------------------------------------
+def words(name: str) -> set[str]:
+    return set(re.findall(r"[A-Z0-9]+", name.upper()))
+
+
+def floor_entry(name: str, table: list[dict]) -> dict | None:
+    """The first entry of the floors table whose every token is a word of the GPU's name (the
+    table lists the more specific models first)."""
+    found = words(name)
+    for entry in table:
+        if all(token.upper() in found for token in entry.get("tokens", [])):
+            return entry
+    return None
+
+
+def floor_of(entry: dict | None, key: str) -> dict | None:
+    return (entry or {}).get("floors", {}).get(key)
+
+
+def judged(figure: dict, floor: dict | None, level: float) -> dict:
+    """A figure's summary with its mean, its interval and the floor it is judged by."""
+    low, high = interval(figure["samples"], level)
+    figure.update(
+        mean=statistics.fmean(figure["samples"]),
+        interval=[low, high],
+        confidence=level,
+        floor=floor,
+    )
+    return figure
+
+
+def attach_floors(report: dict, table: list[dict], level: float) -> dict:
+    """Each GPU's model (its floors-table entry) and each figure's interval and floor, in place.
+    Every figure keys the table by the name verify.yml's judge reports it under."""
+    names = {}
+    for gpu in report.get("gpus", []):
+        entry = floor_entry(str(gpu.get("name", "")), table)
+        gpu["model"] = None if entry is None else entry.get("model")
+        names[gpu.get("index")] = entry
+        for precision, figure in gpu.get("gemm_tflops", {}).items():
+            judged(figure, floor_of(entry, f"gemm_{precision}_tflops"), level)
+        for key in ("hbm_copy_gbs", "h2d_gbs", "d2h_gbs"):
+            if key in gpu:
+                judged(gpu[key], floor_of(entry, key), level)
+    for pair in report.get("p2p_gbs", []):
+        judged(pair, floor_of(names.get(pair.get("src")), "p2p_gbs"), level)
+    return report
 
 
 # ---- Timing -------------------------------------------------------------------------------------
@@ -211,12 +347,19 @@ class Clock:
             end.synchronize()
             return start.elapsed_time(end) / 1e3  # elapsed_time is in milliseconds
 
-    def samples(self, operation, args: argparse.Namespace, rate) -> list[float]:
-        """Warm up, then --repeats samples of --iters operations each, as rate(seconds)."""
+    def samples(
+        self, operation, args: argparse.Namespace, rate, floor: dict | None = None
+    ) -> list[float]:
+        """Warm up, then --repeats samples of --iters operations each, as rate(seconds); then
+        more, up to --max-repeats, while the floor (when there is one) is inside their interval."""
         for _ in range(args.warmup):
             operation()
         self.sync()
-        return [rate(self.time(operation, args.iters)) for _ in range(args.repeats)]
+        taken = [rate(self.time(operation, args.iters)) for _ in range(args.repeats)]
+        value = None if floor is None else float(floor["value"])
+        while len(taken) < args.max_repeats and unclear(taken, value, args.confidence):
+            taken.append(rate(self.time(operation, args.iters)))
+        return taken
 
 
 # ---- The measurements ---------------------------------------------------------------------------
@@ -244,7 +387,7 @@ def precisions(torch, device) -> tuple[dict, dict]:
     return {k: v for k, v in run.items() if k not in skipped}, skipped
 
 
-def measure_gemm(torch, device, args: argparse.Namespace) -> tuple[dict, dict]:
+def measure_gemm(torch, device, args: argparse.Namespace, entry=None) -> tuple[dict, dict]:
     n = args.gemm_size
     clock = Clock(torch, device)
     run, skipped = precisions(torch, device)
@@ -262,6 +405,7 @@ def measure_gemm(torch, device, args: argparse.Namespace) -> tuple[dict, dict]:
                 lambda a=a, b=b, c=c: torch.matmul(a, b, out=c),
                 args,
                 lambda seconds: tflops(n, args.iters, seconds),
+                floor_of(entry, f"gemm_{name}_tflops"),
             )
             figures[name] = summary(samples, "TFLOPS")
             del a, b, c
@@ -270,7 +414,7 @@ def measure_gemm(torch, device, args: argparse.Namespace) -> tuple[dict, dict]:
     return figures, skipped
 
 
-def measure_hbm(torch, device, args: argparse.Namespace) -> dict:
+def measure_hbm(torch, device, args: argparse.Namespace, entry=None) -> dict:
     nbytes = int(args.hbm_mib * MIB)
     log(f"{device}: device-local copy of {nbytes} bytes")
     src = torch.ones(nbytes, dtype=torch.uint8, device=device)
@@ -284,7 +428,10 @@ def measure_hbm(torch, device, args: argparse.Namespace) -> dict:
     # 2026-11-27). This figure counts read+write, as bandwidthTest does, and says so in "counts":
     # nvbandwidth's device_local_copy would show half of it.
     samples = Clock(torch, device).samples(
-        lambda: dst.copy_(src), args, lambda seconds: gbs(2 * nbytes * args.iters, seconds)
+        lambda: dst.copy_(src),
+        args,
+        lambda seconds: gbs(2 * nbytes * args.iters, seconds),
+        floor_of(entry, "hbm_copy_gbs"),
     )
     return {
         "counts": "read+write (2 x bytes copied, per second)",
@@ -312,7 +459,7 @@ def copy_operation(host, on_device, direction: str):
     return lambda: host.copy_(on_device, non_blocking=True)
 
 
-def measure_host_alone(torch, device, args: argparse.Namespace) -> dict:
+def measure_host_alone(torch, device, args: argparse.Namespace, entry=None) -> dict:
     nbytes = int(args.host_mib * MIB)
     host, on_device = host_buffers(torch, device, nbytes)
     clock = Clock(torch, device)
@@ -323,6 +470,7 @@ def measure_host_alone(torch, device, args: argparse.Namespace) -> dict:
             copy_operation(host, on_device, direction),
             args,
             lambda seconds: gbs(nbytes * args.iters, seconds),
+            floor_of(entry, f"{direction}_gbs"),
         )
         figures[f"{direction}_gbs"] = {
             "path": host_path(device, direction),
@@ -398,7 +546,7 @@ def measure_host_all(torch, devices: list, args: argparse.Namespace) -> dict:
     return figures
 
 
-def measure_pairs(torch, devices: list, args: argparse.Namespace) -> list[dict]:
+def measure_pairs(torch, devices: list, args: argparse.Namespace, entries=()) -> list[dict]:
     nbytes = int(args.p2p_mib * MIB)
     pairs = []
     for i, src_device in enumerate(devices):
@@ -429,6 +577,7 @@ def measure_pairs(torch, devices: list, args: argparse.Namespace) -> list[dict]:
                 lambda src=src, dst=dst: dst.copy_(src, non_blocking=True),
                 args,
                 lambda seconds: gbs(nbytes * args.iters, seconds),
+                floor_of(entries[i] if i < len(entries) else None, "p2p_gbs"),
             )
             pairs.append(
                 {
@@ -484,6 +633,8 @@ def run(args: argparse.Namespace) -> tuple[int, dict]:
             "host_bytes": int(args.host_mib * MIB),
             "p2p_bytes": int(args.p2p_mib * MIB),
             "repeats": args.repeats,
+            "max_repeats": args.max_repeats,
+            "confidence": args.confidence,
             "iters": args.iters,
             "warmup": args.warmup,
         },
@@ -501,16 +652,18 @@ def run(args: argparse.Namespace) -> tuple[int, dict]:
     else:
         devices = [torch.device("cpu")] * args.cpu_devices
 
-    gpus = []
+    gpus, entries = [], []
     for index, device in enumerate(devices):
-        entry = describe(torch, device, index)
+        gpu = describe(torch, device, index)
+        entry = floor_entry(gpu["name"], args.floors)
+        entries.append(entry)
         if "gemm" in args.tests:
-            entry["gemm_tflops"], entry["gemm_skipped"] = measure_gemm(torch, device, args)
+            gpu["gemm_tflops"], gpu["gemm_skipped"] = measure_gemm(torch, device, args, entry)
         if "hbm" in args.tests:
-            entry["hbm_copy_gbs"] = measure_hbm(torch, device, args)
+            gpu["hbm_copy_gbs"] = measure_hbm(torch, device, args, entry)
         if "host" in args.tests:
-            entry.update(measure_host_alone(torch, device, args))
-        gpus.append(entry)
+            gpu.update(measure_host_alone(torch, device, args, entry))
+        gpus.append(gpu)
         if device.type == "cuda":
             torch.cuda.empty_cache()
     report["gpus"] = gpus
@@ -518,9 +671,10 @@ def run(args: argparse.Namespace) -> tuple[int, dict]:
         report["host_all_at_once"] = measure_host_all(torch, devices, args)
     if "p2p" in args.tests:
         if len(devices) > 1:
-            report["p2p_gbs"] = measure_pairs(torch, devices, args)
+            report["p2p_gbs"] = measure_pairs(torch, devices, args, entries)
         else:
             report["p2p_gbs"], report["p2p_skipped"] = [], "one device: no pair"
+    attach_floors(report, args.floors, args.confidence)
     report["seconds"] = time.perf_counter() - began
     return 0, report
 

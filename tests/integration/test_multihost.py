@@ -550,7 +550,9 @@ def test_acceptance_fails_the_node_with_a_slow_gpu_and_passes_the_healthy_one(
     assert faulty["failed_checks"] == []  # verify.yml found nothing: the per-GPU check did
     assert [r.split(":")[0] for r in faulty["reasons"]] == ["GPU 1 SLOW vs node median"]
     fleet = (report / "fleet.md").read_text()
-    assert fleet.startswith("# Fleet acceptance: FAILED\n\n1 of 2 nodes passed.")
+    assert fleet.startswith(
+        "# Fleet acceptance: FAILED\n\n1 of 2 nodes passed, 1 failed, 0 inconclusive"
+    )
     flagged = fleet.split("## Flagged GPUs, slowest first")[1]
     assert "| gsb2 | 1 | cpu |" in flagged and "gsb1" not in flagged
     assert {p.name for p in (report / "verify").iterdir()} == {"gsb1.json", "gsb2.json"}

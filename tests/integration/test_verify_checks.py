@@ -50,7 +50,9 @@ FAULT_MESSAGES = {
     "container_gpus": "nvidia-smi -L` lists 0 GPUs but the PCI bus has 4 (rc 125: docker: Error",
     "cupy_matmul": "within 0.001 of NumPy (per GPU: [0.98])",
     "tensorflow_gpus_matmul": "lists 0 of the 4 GPUs",
-    "hardware_floors": "GPU 0 (NVIDIA H200) host-to-device copy 27.6 GB/s < floor 48.0",
+    "hardware_floors": "Below the floor: GPU 0 (NVIDIA H200) host-to-device copy 27.6 GB/s (mean "
+    "of 5, 95 % interval 27.5 to 27.7) vs floor 48.0",
+    "burn_in": "GPU 0 (NVIDIA H100 80GB HBM3): throughput fell 9.7 % over the burn-in (681.9 ->",
     # The health checks (tasks/verify_health.yml) on the readings of tests/fixtures/health.
     "gpu_count": "4 NVIDIA GPU(s) on the PCI bus, verify_expected_gpus is 8",
     "xid_errors": '1 Xid error(s) since boot, codes [79] (first: Xid 79 on PCI:0000:44:00, "GPU',
@@ -74,6 +76,8 @@ EXPECTED = {
     "verify_dcgm_diag_level": 3,
     # Seconds of load around the throttling check's reading (none here: the stand-in only reads).
     "verify_throttle_load_seconds": 1,
+    # The burn-in's length (the stand-in serves a real 90 s reading without running any load).
+    "verify_burnin_seconds": 30,
 }
 
 
@@ -154,6 +158,16 @@ def test_a_bad_floors_table_is_refused_before_any_check_runs(tmp_path):
         (
             {"verify_ecc_max_uncorrected": -1},
             "verify_ecc_max_uncorrected must be 0 or more, got -1.",
+        ),
+        (
+            {"verify_burnin_window_seconds": 10},
+            "verify_burnin_window_seconds=10 with verify_burnin_seconds=30: expected a window above"
+            " 0 and at most a fifth of the burn-in",
+        ),
+        (
+            {"verify_hardware_repeats": 1},
+            "verify_hardware_repeats=1, verify_hardware_max_repeats=30, verify_hardware_confidence="
+            "0.95: expected at least 2 repeats",
         ),
     ],
 )

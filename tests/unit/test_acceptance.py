@@ -60,7 +60,8 @@ def summary(host, failed=()):
     return {"host": host, "passed": not failed, "checks": checks}
 
 
-HEALTHY = table(gpu("10.0.0.1", 0, 3000.0), gpu("10.0.0.1", 1, 2990.0))
+HEALTHY_ROWS = (gpu("10.0.0.1", 0, 3000.0), gpu("10.0.0.1", 1, 2990.0))
+HEALTHY = table(*HEALTHY_ROWS)
 
 
 def test_a_healthy_node_passes():
@@ -74,8 +75,42 @@ def test_a_failed_verify_check_fails_the_node_and_names_the_check():
         [host("n1", json.dumps(summary("n1", failed=["xid_errors"])), "10.0.0.1")], HEALTHY
     )
     assert not node["passed"]
-    assert node["failed_checks"] == [{"check": "xid_errors", "message": "xid_errors is bad"}]
+    assert node["failed_checks"] == [
+        {"check": "xid_errors", "message": "xid_errors is bad", "verdict": "fail"}
+    ]
     assert "check xid_errors failed: xid_errors is bad" in node["reasons"]
+    assert node["verdict"] == "fail"
+
+
+def test_an_inconclusive_check_alone_makes_the_node_inconclusive_and_the_fleet_counts_it():
+    report = summary("n1")
+    report["checks"].append(
+        {
+            "check": "hardware_floors",
+            "passed": False,
+            "verdict": "inconclusive",
+            "figures": {},
+            "message": "Inconclusive, the floor inside the interval",
+        }
+    )
+    nodes = acceptance.acceptance_nodes(
+        [host("n1", report, "10.0.0.1"), host("n2", summary("n2"), "10.0.0.2")],
+        table(*HEALTHY_ROWS, gpu("10.0.0.2", 0, 3000.0)),
+    )
+    assert [n["verdict"] for n in nodes] == ["inconclusive", "pass"]
+    assert not nodes[0]["passed"]  # inconclusive is not a pass
+    assert nodes[0]["reasons"] == [
+        "check hardware_floors was inconclusive: Inconclusive, the floor inside the interval"
+    ]
+    fleet = acceptance.acceptance_fleet(nodes)
+    assert fleet.startswith(
+        "# Fleet acceptance: FAILED\n\n1 of 2 nodes passed, 0 failed, 1 inconclusive"
+    )
+    assert "| n1 | INCONCLUSIVE | 1 of 2 |" in fleet
+    # The same node with a slow GPU besides is a failure, not inconclusive.
+    rows = table(gpu("10.0.0.1", 0, 3000.0), gpu("10.0.0.1", 1, 2000.0, "SLOW vs node median"))
+    [node] = acceptance.acceptance_nodes([host("n1", report, "10.0.0.1")], rows)
+    assert node["verdict"] == "fail"
 
 
 def test_a_slow_gpu_fails_its_node_and_is_listed_in_the_fleet_summary():
@@ -93,7 +128,7 @@ def test_a_slow_gpu_fails_its_node_and_is_listed_in_the_fleet_summary():
     ]
     fleet = acceptance.acceptance_fleet(nodes)
     assert fleet.startswith("# Fleet acceptance: FAILED")
-    assert "1 of 2 nodes passed." in fleet
+    assert "1 of 2 nodes passed, 1 failed, 0 inconclusive" in fleet
     flagged = fleet.split("## Flagged GPUs, slowest first")[1]
     assert "| n1 | 1 | NVIDIA H100 80GB HBM3 | 2000.0 | -20.0 % |" in flagged
     assert "n2" not in flagged

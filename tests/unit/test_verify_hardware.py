@@ -77,6 +77,8 @@ def test_the_report_says_what_was_run(report):
         "host_bytes": 1 << 19,
         "p2p_bytes": 1 << 19,
         "repeats": REPEATS,
+        "max_repeats": 30,
+        "confidence": 0.95,
         "iters": 2,
         "warmup": 1,
     }
@@ -126,7 +128,7 @@ def test_pairs_cover_each_ordered_pair_once(report):
 
 
 def test_one_device_has_no_pair_and_says_so():
-    done = run("--device", "cpu", *SMALL, "--repeats", "1", "--iters", "1", "--tests", "p2p")
+    done = run("--device", "cpu", *SMALL, "--repeats", "2", "--iters", "1", "--tests", "p2p")
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["p2p_gbs"] == []
@@ -161,7 +163,11 @@ def test_summary_keeps_samples_best_and_median():
         ("--host-mib", "-1", "> 0"),
         ("--p2p-mib", "nan", "finite"),
         ("--hbm-mib", "inf", "finite"),
-        ("--repeats", "0", ">= 1"),
+        ("--repeats", "1", ">= 2"),
+        ("--max-repeats", "0", ">= 1"),
+        ("--confidence", "1", "from 0.5 up to, not including, 1"),
+        ("--confidence", "nan", "confidence level"),
+        ("--confidence", "0.2", "from 0.5"),
         ("--iters", "0", ">= 1"),
         ("--warmup", "-1", ">= 0"),
         ("--tests", "gemm,disk", "gemm,hbm,host,p2p"),
@@ -177,6 +183,68 @@ def test_bad_values_are_refused_before_anything_runs(option, value, expected):
     assert expected in message
 
 
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--floors", "{not json"], "argument --floors: is not JSON"),
+        (["--floors", '{"H100": 1}'], "argument --floors: is not a floors table"),
+        (
+            ["--floors", '[{"tokens": [], "floors": {"h2d_gbs": {"value": "abc"}}}]'],
+            "argument --floors: is not a floors table (expected a JSON list of",
+        ),
+        (["--repeats", "8", "--max-repeats", "5"], "--max-repeats: 5 is below --repeats 8"),
+    ],
+)
+def test_bad_floors_and_caps_are_refused_before_anything_runs(argv, expected):
+    done = run("--device", "cpu", *argv)
+    assert done.returncode == 2 and done.stdout == ""
+    assert expected in done.stderr
+
+
+class Scripted:
+    """Clock.samples' rate() fed from a list: the samples a test wants, in order."""
+
+    def __init__(self, values):
+        self.values = iter(values)
+
+    def __call__(self, _seconds):
+        return next(self.values)
+
+
+def samples_until_clear(values, floor, repeats=3, cap=8):
+    torch = pytest.importorskip("torch")
+    args = hardware.parse(
+        ["--device", "cpu", "--repeats", str(repeats), "--max-repeats", str(cap), "--iters", "1"]
+    )
+    clock = hardware.Clock(torch, torch.device("cpu"))
+    floor = None if floor is None else {"value": floor, "kind": "measured", "source": "t"}
+    return clock.samples(lambda: None, args, Scripted(values), floor)
+
+
+def test_a_figure_clear_of_its_floor_stops_at_the_repeats_asked_for():
+    assert samples_until_clear([10.0, 10.1, 9.9, 50.0], floor=5.0) == [10.0, 10.1, 9.9]
+    assert samples_until_clear([1.0, 1.1, 0.9, 50.0], floor=5.0) == [1.0, 1.1, 0.9]
+    assert samples_until_clear([1.0, 9.0, 5.0, 50.0], floor=None) == [1.0, 9.0, 5.0]
+
+
+def test_a_figure_whose_interval_holds_its_floor_is_sampled_until_clear_or_the_cap():
+    # 4 and 6 alternate around 5: the interval always holds it, so sampling goes on to the cap.
+    assert samples_until_clear([4.0, 6.0] * 10, floor=5.0) == [4.0, 6.0] * 4
+    # Noisy at first, then steady well above the floor: it stops once the interval clears it.
+    taken = samples_until_clear([3.0, 9.0, 6.0, 8.0, 8.1, 7.9, 8.0, 8.0, 8.0], floor=5.0)
+    low, _ = hardware.interval(taken, 0.95)
+    assert 3 < len(taken) < 8 and low >= 5.0
+    assert hardware.interval(taken[:-1], 0.95)[0] < 5.0
+
+
+def test_the_interval_is_the_student_t_interval_of_the_mean():
+    # mean 10, s = 1, n = 4: t(0.975, 3) = 3.182446 (scipy), half-width 3.182446 * 1 / 2.
+    low, high = hardware.interval([9.0, 11.0, 9.0, 11.0], 0.95)
+    half = 3.182446305284263 * (2 / math.sqrt(3)) / 2
+    assert (low, high) == (pytest.approx(10 - half), pytest.approx(10 + half))
+    assert all(math.isnan(x) for x in hardware.interval([1.0], 0.95))
+
+
 def test_cpu_stand_ins_are_refused_with_cuda():
     done = run("--device", "cuda", "--cpu-devices", "2")
     assert done.returncode == 2
@@ -187,6 +255,6 @@ def test_cuda_without_a_gpu_exits_3_and_says_so():
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
-    done = run("--device", "cuda", "--repeats", "1")
+    done = run("--device", "cuda", "--repeats", "2")
     assert done.returncode == 3
     assert "no GPU" in json.loads(done.stdout)["error"]
