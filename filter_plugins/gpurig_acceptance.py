@@ -18,6 +18,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import statistics
 from collections.abc import Iterable, Mapping, Sequence
 
 OK = "ok"  # bench.report.per_gpu.OK: the verdict of a GPU within the threshold
@@ -71,10 +72,15 @@ def _pct(value: float | None) -> str:
 
 
 def node_verdict(
-    host: str, summary: Mapping | None, gpu_rows: Sequence[dict], expected_gpus: int | None
+    host: str,
+    summary: Mapping | None,
+    gpu_rows: Sequence[dict],
+    expected_gpus: int | None,
+    pair_reasons: Sequence[str] = (),
 ) -> dict:
-    """One node's verdict from its verify summary and its per-GPU rows."""
-    reasons = []
+    """One node's verdict from its verify summary, its per-GPU rows and what the node-to-node
+    all-reduce says about it (pair_verdicts' reasons for this host)."""
+    reasons = list(pair_reasons)
     failed = []
     if summary is None:
         reasons.append(
@@ -129,11 +135,15 @@ def _summary(value: Mapping | str | None) -> Mapping | None:
     return value or None
 
 
-def acceptance_nodes(inputs: Sequence[Mapping], per_gpu_csv: str) -> list[dict]:
+def acceptance_nodes(
+    inputs: Sequence[Mapping], per_gpu_csv: str, pairs: Mapping | None = None
+) -> list[dict]:
     """Every host's verdict, in the order given. Each input is {host, summary (verify.yml's report:
     dict or JSON text, empty where missing), address (how the per-GPU rows name the host; default
-    the host), gpus (how many GPUs the check should have measured there; None: not known)}."""
+    the host), gpus (how many GPUs the check should have measured there; None: not known)}; pairs
+    is pair_verdicts' result (None: no node-to-node all-reduce ran)."""
     rows = per_gpu_rows(per_gpu_csv)
+    named = (pairs or {}).get("reasons", {})
     out = []
     for item in inputs:
         host = item["host"]
@@ -146,13 +156,17 @@ def acceptance_nodes(inputs: Sequence[Mapping], per_gpu_csv: str) -> list[dict]:
                 _summary(item.get("summary")),
                 mine,
                 None if expected in (None, "") else int(expected),
+                named.get(host, []),
             )
         )
     return out
 
 
-def acceptance_fleet(nodes: Sequence[Mapping], title: str = "Fleet acceptance") -> str:
-    """The fleet summary in markdown: the verdict, every node, the flagged GPUs slowest first."""
+def acceptance_fleet(
+    nodes: Sequence[Mapping], title: str = "Fleet acceptance", pairs: Mapping | None = None
+) -> str:
+    """The fleet summary in markdown: the verdict, every node, the flagged GPUs slowest first,
+    and the node-to-node all-reduce's pairs (pair_verdicts' result) where it ran."""
     failing = [n for n in nodes if not n["passed"]]
     unsure = sum(n.get("verdict") == INCONCLUSIVE for n in nodes)
     verdict = "PASSED" if nodes and not failing else "FAILED"
@@ -192,7 +206,177 @@ def acceptance_fleet(nodes: Sequence[Mapping], title: str = "Fleet acceptance") 
                 f"| {host} | {g['gpu_index']} | {g['model']} | {rate} | "
                 f"{_pct(g['vs_node_median'])} | {_pct(g['vs_published'])} | {g['verdict']} |"
             )
+    if pairs and pairs.get("pairs"):
+        lines += [
+            "",
+            "## Node-to-node all-reduce, in pairs",
+            "",
+            f"Rule: {pairs['rule']}. Fleet reference: "
+            + (
+                "n/a"
+                if pairs["fleet_reference_gbs"] is None
+                else f"{pairs['fleet_reference_gbs']:.2f} GB/s bus bandwidth"
+            )
+            + ".",
+            "",
+            "| pair | ranks | busbw GB/s | vs fleet reference | slow |",
+            "|---|---|---|---|---|",
+        ]
+        for p in pairs["pairs"]:
+            rate = p["error"] if p["busbw_gbs"] is None else f"{p['busbw_gbs']:.2f}"
+            lines.append(
+                f"| {' <-> '.join(p['pair'])} | {p['ranks'] or ''} | {rate} | "
+                f"{_pct(p['vs_fleet'])} | {'yes' if p['slow'] else ''} |"
+            )
     return "\n".join(lines) + "\n"
+
+
+# ---- Node-to-node all-reduce, in pairs (playbooks/files/verify_allreduce.py) ---------------------
+def pair_rounds(hosts: Sequence[str], partners: int = 2) -> list[list[list[str]]]:
+    """Pairs over the fleet, each host with `partners` others where the fleet has that many (host i
+    with hosts i+1 .. i+partners around the ring), grouped into rounds in which no host is in two
+    pairs, so that a round's pairs can run at once: [[[a, b], [c, d]], [[a, c], ...], ...]."""
+    hosts = list(hosts)
+    count = len(hosts)
+    wanted = []
+    for offset in range(1, min(partners, count - 1) + 1):
+        for i in range(count):
+            pair = sorted((hosts[i], hosts[(i + offset) % count]))
+            if pair not in wanted:
+                wanted.append(pair)
+    rounds: list[list[list[str]]] = []
+    for pair in wanted:
+        for round_ in rounds:
+            if not {*pair} & {h for p in round_ for h in p}:
+                round_.append(pair)
+                break
+        else:
+            rounds.append([pair])
+    return rounds
+
+
+def pair_roles(rounds: Sequence[Sequence[Sequence[str]]], host: str) -> list[dict | None]:
+    """For one host, per round: {partner, rank (0 for the pair's first host), master} or None."""
+    roles: list[dict | None] = []
+    for round_ in rounds:
+        mine = next((pair for pair in round_ if host in pair), None)
+        roles.append(
+            None
+            if mine is None
+            else {
+                "pair": list(mine),
+                "rank": list(mine).index(host),
+                "partner": mine[1 - list(mine).index(host)],
+                "master": mine[0],
+            }
+        )
+    return roles
+
+
+def pair_runs(runs: Sequence[Mapping]) -> list[dict]:
+    """One entry per pair, {pair, rc, stdout, stderr}, from each host's registered loop results
+    ([{host, results}]): the pair's rank 0 printed the JSON; where it has none, the run that failed
+    says why."""
+    found: dict[tuple, dict] = {}
+    for run in runs:
+        for result in run.get("results") or []:
+            role = result.get("item")
+            if not role or result.get("skipped"):
+                continue
+            key = tuple(role["pair"])
+            entry = {
+                "pair": list(role["pair"]),
+                "rc": result.get("rc"),
+                "stdout": result.get("stdout", ""),
+                "stderr": result.get("stderr") or result.get("msg", ""),
+            }
+            if (role.get("rank") == 0 and result.get("rc") == 0) or key not in found:
+                found[key] = entry
+    return list(found.values())
+
+
+def pair_verdicts(measured: Sequence[Mapping], floor=None, slow_fraction=0.5) -> dict:
+    """Each pair's bus bandwidth (the median of its samples) against the floor (GB/s; None: none
+    set, judged against the fleet only) and the fleet's reference (the median over nodes of each
+    node's fastest pair), slow below (1 - slow_fraction) of it; a node is named as the cause
+    when every one of its pairs (two or more) is slow while some pair is not. Input: one entry per
+    pair, {pair: [a, b], rc, stdout (verify_allreduce.py's JSON), stderr}, or each host's
+    registered runs ([{host, results}], read by pair_runs)."""
+    measured = [item for item in measured or [] if item]
+    if any("results" in item for item in measured):
+        measured = pair_runs(measured)
+    pairs = []
+    for item in measured:
+        try:
+            report = json.loads(str(item.get("stdout") or "").strip().splitlines()[-1])
+            median = float(report["busbw_median_gbs"])
+        except (ValueError, KeyError, IndexError, TypeError):
+            report, median = {}, None
+        said = (str(item.get("stderr") or "").strip().splitlines() or ["no output"])[-1]
+        pairs.append(
+            {
+                "pair": list(item["pair"]),
+                "busbw_gbs": median,
+                "samples": report.get("busbw_gbs", []),
+                "ranks": report.get("ranks"),
+                "backend": report.get("backend"),
+                "bytes": report.get("bytes"),
+                "error": None if median is not None else f"rc {item.get('rc')}: {said}",
+            }
+        )
+    rates = [p["busbw_gbs"] for p in pairs if p["busbw_gbs"] is not None]
+    # The fleet's reference: the median over nodes of each node's fastest pair. One bad node slows
+    # every pair it is in, most pairs of a small fleet, but not the fastest pair of the others.
+    fastest = [
+        max((p["busbw_gbs"] for p in pairs if h in p["pair"] and p["busbw_gbs"] is not None),
+            default=None)
+        for h in sorted({h for p in pairs for h in p["pair"]})
+    ]  # fmt: skip
+    fastest = [rate for rate in fastest if rate is not None]
+    fleet = statistics.median(fastest) if fastest else None
+    for p in pairs:
+        rate = p["busbw_gbs"]
+        p["vs_fleet"] = None if rate is None or not fleet else rate / fleet - 1
+        below_floor = floor is not None and rate is not None and rate < float(floor)
+        slow = rate is not None and fleet and len(rates) > 1 and rate < fleet * (1 - slow_fraction)
+        p["slow"] = bool(rate is None or below_floor or slow)
+    hosts = sorted({h for p in pairs for h in p["pair"]})
+    reasons: dict[str, list[str]] = {h: [] for h in hosts}
+    for host in hosts:
+        mine = [p for p in pairs if host in p["pair"]]
+        others_fine = any(not p["slow"] for p in pairs if host not in p["pair"])
+        if len(mine) >= 2 and all(p["slow"] for p in mine) and (others_fine or len(hosts) == 2):
+            detail = ", ".join(
+                f"with {next(h for h in p['pair'] if h != host)} "
+                + (p["error"] if p["busbw_gbs"] is None else f"{p['busbw_gbs']:.2f} GB/s")
+                for p in mine
+            )
+            reasons[host].append(
+                f"node-to-node all-reduce slow with every partner ({detail}; fleet reference "
+                f"{fleet if fleet is None else round(fleet, 2)} GB/s"
+                + (f", floor {float(floor):g} GB/s" if floor is not None else ", no floor set")
+                + "): check this node's network link"
+            )
+    # A slow pair whose two nodes are otherwise fine names the link between them.
+    for p in pairs:
+        if p["slow"] and not any(reasons[h] for h in p["pair"]):
+            a, b = p["pair"]
+            rate = p["error"] if p["busbw_gbs"] is None else f"{p['busbw_gbs']:.2f} GB/s"
+            for host in p["pair"]:
+                reasons[host].append(
+                    f"node-to-node all-reduce {a} <-> {b} slow ({rate}): the path between them"
+                )
+    return {
+        "rule": (
+            f"a pair is slow below {100 * (1 - slow_fraction):g} % of the fleet's reference (the "
+            "median over nodes of each node's fastest pair)"
+            + (f" or below the floor {float(floor):g} GB/s" if floor is not None else "")
+            + "; a node is named when all its pairs (2 or more) are slow"
+        ),
+        "fleet_reference_gbs": fleet,
+        "pairs": pairs,
+        "reasons": reasons,
+    }
 
 
 class FilterModule:
@@ -200,4 +384,7 @@ class FilterModule:
         return {
             "gpurig_acceptance_nodes": acceptance_nodes,
             "gpurig_acceptance_fleet": acceptance_fleet,
+            "gpurig_acceptance_pair_rounds": pair_rounds,
+            "gpurig_acceptance_pair_roles": pair_roles,
+            "gpurig_acceptance_pair_verdicts": pair_verdicts,
         }

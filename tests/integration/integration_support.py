@@ -78,16 +78,22 @@ def bench_env(root: Path) -> Path:
     return python
 
 
-def netns_fleet(state: Path, python: Path | str, gpus_per_node: int, workdir: Path) -> dict:
-    """An inventory whose gpu_nodes are the namespace hosts gsb1 and gsb2 (state: the `hosts`
-    fixture's directory), reached as root with the test key, with playbooks/bench.yml's settings
-    for hosts that share this filesystem: the environment `python` runs in, each host's ranks and
-    its scratch."""
+def netns_fleet(
+    state: Path, python: Path | str, gpus_per_node: int, workdir: Path, count: int = 2
+) -> dict:
+    """An inventory whose gpu_nodes are the first `count` namespace hosts, gsb1 and gsb2 unless
+    said (state: the `hosts` fixture's directory), reached as root with the test key, with
+    playbooks/bench.yml's settings for hosts that share this filesystem: the environment `python`
+    runs in, each host's ranks and its scratch."""
+    addresses = {"gsb1": HOST1, "gsb2": HOST2, "gsb3": HOST3}
     return {
         "all": {
             "children": {
                 "gpu_nodes": {
-                    "hosts": {"gsb1": {"ansible_host": HOST1}, "gsb2": {"ansible_host": HOST2}},
+                    "hosts": {
+                        name: {"ansible_host": address}
+                        for name, address in list(addresses.items())[:count]
+                    },
                     "vars": {
                         "ansible_port": PORT,
                         "ansible_user": "root",

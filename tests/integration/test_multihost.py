@@ -11,6 +11,7 @@ asserts on speed.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -488,14 +489,24 @@ def test_resume_is_refused_while_a_host_of_the_sweep_is_unreachable(
     assert not (directory / "controller.lock").exists()
 
 
-def acceptance(hosts: Path, tmp_path: Path, *args: str, fault: str = "") -> tuple[int, Path, str]:
+def acceptance(
+    hosts: Path,
+    tmp_path: Path,
+    *args: str,
+    fault: str = "",
+    count: int = 2,
+    gpus: int = 2,
+    more: dict | None = None,
+) -> tuple[int, Path, str]:
     """playbooks/acceptance.yml over the namespace hosts, two "GPUs" (CPU ranks) each, with
     verify.yml's tools and files pointed at the labelled stand-ins of tests/standin/tools
     (healthy readings) and BENCH_INJECT_FAULT reaching the per-GPU check's ranks."""
     from test_verify_checks import EXPECTED, standin
 
     inventory = tmp_path / "inventory.yml"
-    inventory.write_text(json.dumps(netns_fleet(hosts, sys.executable, 2, tmp_path / "remote")))
+    inventory.write_text(
+        json.dumps(netns_fleet(hosts, sys.executable, gpus, tmp_path / "remote", count))
+    )
     report = tmp_path / "acceptance"
     extra = {
         **EXPECTED,
@@ -511,6 +522,9 @@ def acceptance(hosts: Path, tmp_path: Path, *args: str, fault: str = "") -> tupl
             *("--slow-gpu-threshold", "40"),
         ],
         "bench_environment": {"BENCH_INJECT_FAULT": fault} if fault else {},
+        # The node-to-node all-reduce's buffer: small, for CPU ranks over veth links.
+        "acceptance_pair_mib": 4,
+        **(more or {}),
     }
     env = {
         **{k: v for k, v in os.environ.items() if k != standin.FAULTS_ENV},
@@ -553,8 +567,10 @@ def test_acceptance_fails_the_node_with_a_slow_gpu_and_passes_the_healthy_one(
     assert fleet.startswith(
         "# Fleet acceptance: FAILED\n\n1 of 2 nodes passed, 1 failed, 0 inconclusive"
     )
-    flagged = fleet.split("## Flagged GPUs, slowest first")[1]
+    flagged = fleet.split("## Flagged GPUs, slowest first")[1].split("## Node-to-node")[0]
     assert "| gsb2 | 1 | cpu |" in flagged and "gsb1" not in flagged
+    # Two nodes make one pair, judged against no floor here: recorded, naming no one.
+    assert "| gsb1 <-> gsb2 | 4 |" in fleet.split("## Node-to-node all-reduce, in pairs")[1]
     assert {p.name for p in (report / "verify").iterdir()} == {"gsb1.json", "gsb2.json"}
     assert "gsb2 did not pass: see" in " ".join(out.split())
     assert tagged_processes() == []
@@ -566,3 +582,52 @@ def test_acceptance_of_a_healthy_host_passes(hosts: Path, tmp_path: Path) -> Non
     assert json.loads((report / "gsb1.json").read_text())["passed"] is True
     assert not (report / "gsb2.json").exists()
     assert (report / "fleet.md").read_text().startswith("# Fleet acceptance: PASSED\n\n1 of 1")
+
+
+@contextlib.contextmanager
+def slowed_link(host: str, rate: str = "200mbit"):
+    """A token-bucket rate limit (tc tbf) on both ends of one namespace host's veth link: the
+    bridge's end (traffic to the host) and the host's eth0 (traffic from it). netem is not
+    available on these machines; tbf is."""
+    index = host.removeprefix("gsb")
+    ends = [["tc"], ["ip", "netns", "exec", host, "tc"]]
+    devices = [f"gsbv{index}", "eth0"]
+    try:
+        for tc, device in zip(ends, devices, strict=True):
+            subprocess.run(
+                [*tc, "qdisc", "add", "dev", device, "root", "tbf", "rate", rate,
+                 "burst", "256kb", "latency", "50ms"],
+                check=True, capture_output=True, text=True, timeout=30,
+            )  # fmt: skip
+        yield
+    finally:
+        for tc, device in zip(ends, devices, strict=True):
+            subprocess.run(
+                [*tc, "qdisc", "del", "dev", device, "root"], capture_output=True, timeout=30
+            )
+
+
+def test_acceptance_names_the_node_behind_a_slowed_link(hosts: Path, tmp_path: Path) -> None:
+    # Three hosts, one CPU "GPU" each; gsb3's link rate-limited: its two pairs (with gsb1 and gsb2)
+    # are slow, the pair gsb1 <-> gsb2 is not, so gsb3 is named and the others pass.
+    with slowed_link("gsb3"):
+        rc, report, out = acceptance(hosts, tmp_path, count=3, gpus=1)
+    assert rc != 0, out[-6000:]
+    assert (report / "pairs.json").exists(), out[-6000:]
+    pairs = json.loads((report / "pairs.json").read_text())
+    rates = {" <-> ".join(p["pair"]): p["busbw_gbs"] for p in pairs["pairs"]}
+    assert set(rates) == {"gsb1 <-> gsb2", "gsb2 <-> gsb3", "gsb1 <-> gsb3"}, pairs
+    assert all(r is not None and r > 0 for r in rates.values()), pairs
+    assert rates["gsb1 <-> gsb2"] > 2 * max(rates["gsb2 <-> gsb3"], rates["gsb1 <-> gsb3"])
+    assert [p["slow"] for p in pairs["pairs"]] == [" <-> ".join(p["pair"]) != "gsb1 <-> gsb2"
+                                                   for p in pairs["pairs"]]  # fmt: skip
+    verdicts = {h: json.loads((report / f"{h}.json").read_text()) for h in ("gsb1", "gsb2", "gsb3")}
+    assert verdicts["gsb1"]["passed"] and verdicts["gsb2"]["passed"], verdicts
+    assert not verdicts["gsb3"]["passed"]
+    (reason,) = verdicts["gsb3"]["reasons"]
+    assert reason.startswith("node-to-node all-reduce slow with every partner (with gsb1 ")
+    assert "no floor set" in reason and "check this node's network link" in reason
+    fleet = (report / "fleet.md").read_text()
+    assert "2 of 3 nodes passed, 1 failed, 0 inconclusive" in fleet
+    assert "## Node-to-node all-reduce, in pairs" in fleet
+    assert tagged_processes() == []

@@ -179,16 +179,33 @@ def test_a_bad_threshold_is_refused_before_any_check_is_recorded(tmp_path, given
     assert not (tmp_path / "report" / "gpuhost.json").exists()
 
 
-def test_acceptance_refuses_a_diag_level_that_is_not_a_number_before_any_check(tmp_path):
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        (
+            {"acceptance_dcgm_diag_level": "abc"},
+            "argument 'acceptance_dcgm_diag_level' is of type str and we were unable to convert "
+            "to int",
+        ),
+        (
+            {"acceptance_burnin_minutes": "ten"},
+            "argument 'acceptance_burnin_minutes' is of type str and we were unable to convert "
+            "to float",
+        ),
+        (
+            {"acceptance_pair_slow_fraction": 2},
+            "acceptance_pair_slow_fraction=2, acceptance_pair_mib=256, "
+            "acceptance_pair_min_busbw_gbs=none: expected a fraction between 0 and 1",
+        ),
+    ],
+)
+def test_acceptance_refuses_a_bad_setting_before_any_check(tmp_path, given, said):
     report = tmp_path / "acceptance"
-    given = {"acceptance_dcgm_diag_level": "abc", "acceptance_report_dir": str(report)}
+    given = {**given, "acceptance_report_dir": str(report)}
     proc = verify_process(tmp_path, set(), "-e", json.dumps(given), playbook="acceptance.yml")
     out = " ".join(proc.stdout.split())
     assert proc.returncode != 0
-    assert (
-        "argument 'acceptance_dcgm_diag_level' is of type str and we were unable to convert to int"
-        in out
-    ), out[-3000:]
+    assert said in out, out[-3000:]
     assert not report.exists()
 
 

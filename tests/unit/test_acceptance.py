@@ -173,3 +173,112 @@ def test_the_fleet_verdict_follows_its_nodes(passed):
     nodes = acceptance.acceptance_nodes([host("n1", report, "10.0.0.1")], HEALTHY)
     fleet = acceptance.acceptance_fleet(nodes, "Rack 2")
     assert fleet.splitlines()[0] == f"# Rack 2: {'PASSED' if passed else 'FAILED'}"
+
+
+# ---- The node-to-node all-reduce, in pairs -------------------------------------------------------
+@pytest.mark.parametrize("count", [2, 3, 4, 5, 8])
+def test_every_host_has_two_partners_where_the_fleet_allows_and_rounds_are_disjoint(count):
+    hosts = [f"h{i}" for i in range(count)]
+    rounds = acceptance.pair_rounds(hosts)
+    flat = [tuple(p) for r in rounds for p in r]
+    assert len(flat) == len(set(flat))  # no pair twice
+    for host in hosts:
+        assert sum(host in p for p in flat) >= min(2, count - 1)
+    for round_ in rounds:  # a host in at most one pair per round
+        members = [h for p in round_ for h in p]
+        assert len(members) == len(set(members))
+    assert acceptance.pair_rounds(["a"]) == []
+
+
+def test_each_host_knows_its_partner_rank_and_master_per_round():
+    rounds = acceptance.pair_rounds(["g1", "g2", "g3"])
+    assert rounds == [[["g1", "g2"]], [["g2", "g3"]], [["g1", "g3"]]]
+    assert acceptance.pair_roles(rounds, "g3") == [
+        None,
+        {"pair": ["g2", "g3"], "rank": 1, "partner": "g2", "master": "g2"},
+        {"pair": ["g1", "g3"], "rank": 1, "partner": "g1", "master": "g1"},
+    ]
+
+
+def allreduce(rate: float, ranks: int = 2) -> str:
+    """verify_allreduce.py's JSON for a pair at this bus bandwidth (five equal samples)."""
+    return json.dumps(
+        {"tool": "verify_allreduce", "ranks": ranks, "backend": "gloo", "bytes": 4194304,
+         "busbw_gbs": [rate] * 5, "busbw_median_gbs": rate}
+    )  # fmt: skip
+
+
+def runs(rates: dict[tuple[str, str], float | None]) -> list[dict]:
+    """Each host's registered loop results, as Ansible keeps them, for these pairs."""
+    out: dict[str, list] = {}
+    for pair, rate in rates.items():
+        for rank, host in enumerate(pair):
+            result = {
+                "item": {"pair": list(pair), "rank": rank},
+                "rc": 0,
+                "stdout": "",
+                "stderr": "",
+            }
+            if rank == 0:
+                ok = rate is not None
+                result.update(
+                    rc=0 if ok else 1,
+                    stdout=allreduce(rate) if ok else "",
+                    stderr="" if ok else "RuntimeError: Connection reset by peer",
+                )
+            out.setdefault(host, []).append(result)
+    return [{"results": results} for results in out.values()]
+
+
+def test_the_node_common_to_the_slow_pairs_is_named():
+    judged = acceptance.pair_verdicts(
+        runs({("g1", "g2"): 1.0, ("g2", "g3"): 0.1, ("g1", "g3"): 0.12})
+    )
+    assert judged["fleet_reference_gbs"] == 1.0  # the median of each node's fastest pair
+    assert judged["reasons"]["g1"] == [] and judged["reasons"]["g2"] == []
+    (reason,) = judged["reasons"]["g3"]
+    assert reason == (
+        "node-to-node all-reduce slow with every partner (with g1 0.12 GB/s, with g2 0.10 GB/s; "
+        "fleet reference 1.0 GB/s, no floor set): check this node's network link"
+    )
+    [node1, node3] = acceptance.acceptance_nodes(
+        [host("g1", summary("g1"), "g1"), host("g3", summary("g3"), "g3")],
+        table(gpu("g1", 0, 3000.0), gpu("g3", 0, 3000.0)),
+        judged,
+    )
+    assert node1["verdict"] == "pass" and node3["verdict"] == "fail"
+    assert node3["reasons"] == [reason]
+    fleet = acceptance.acceptance_fleet([node1, node3], pairs=judged)
+    assert "| g2 <-> g3 | 2 | 0.10 | -90.0 % | yes |" in fleet
+
+
+def test_the_median_cannot_hide_a_slow_node_below_the_floor():
+    # Two of three pairs slow makes the fleet's median pair a slow one: the floor still catches it.
+    judged = acceptance.pair_verdicts(
+        runs({("g1", "g2"): 20.0, ("g2", "g3"): 2.0, ("g1", "g3"): 2.2}), floor=10
+    )
+    assert [p["slow"] for p in judged["pairs"]] == [False, True, True]
+    assert "floor 10 GB/s" in judged["reasons"]["g3"][0]
+
+
+def test_a_failed_pair_is_slow_and_says_why():
+    judged = acceptance.pair_verdicts(
+        runs({("g1", "g2"): 1.0, ("g2", "g3"): None, ("g1", "g3"): None})
+    )
+    (reason,) = judged["reasons"]["g3"]
+    assert "with g2 rc 1: RuntimeError: Connection reset by peer" in reason
+
+
+def test_a_slow_pair_between_two_healthy_nodes_names_the_path():
+    judged = acceptance.pair_verdicts(
+        runs({("a", "b"): 1.0, ("b", "c"): 1.0, ("c", "d"): 1.0, ("a", "d"): 1.0, ("a", "c"): 0.1})
+    )
+    assert judged["reasons"]["b"] == [] and judged["reasons"]["d"] == []
+    assert judged["reasons"]["a"] == [
+        "node-to-node all-reduce a <-> c slow (0.10 GB/s): the path between them"
+    ]
+
+
+def test_no_pairs_leave_the_verdicts_alone():
+    judged = acceptance.pair_verdicts([{"results": []}, {}])
+    assert judged["pairs"] == [] and judged["fleet_reference_gbs"] is None
