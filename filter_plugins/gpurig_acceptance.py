@@ -76,11 +76,11 @@ def node_verdict(
     summary: Mapping | None,
     gpu_rows: Sequence[dict],
     expected_gpus: int | None,
-    pair_reasons: Sequence[str] = (),
+    more_reasons: Sequence[str] = (),
 ) -> dict:
-    """One node's verdict from its verify summary, its per-GPU rows and what the node-to-node
-    all-reduce says about it (pair_verdicts' reasons for this host)."""
-    reasons = list(pair_reasons)
+    """One node's verdict from its verify summary, its per-GPU rows and what the fleet-wide
+    comparisons say about it (the node-to-node pairs, the fleet's medians)."""
+    reasons = list(more_reasons)
     failed = []
     if summary is None:
         reasons.append(
@@ -125,7 +125,60 @@ def node_verdict(
         "failed_checks": failed,
         "checks": len(summary.get("checks", [])) if summary else 0,
         "gpus": gpus,
+        "metrics": {
+            **{k: v["value"] for k, v in hardware_means(summary).items()},
+            **{
+                f"GPU {g['gpu_index']} img/s": g["throughput"]
+                for g in gpus
+                if g["throughput"] is not None
+            },
+        },
     }
+
+
+def hardware_means(summary: Mapping | None) -> dict[str, dict]:
+    """The hardware_floors check's figures of one node: {"GPU i figure": {value (the mean), unit,
+    name (the GPU's name, its model)}}."""
+    found = {}
+    for check in (summary or {}).get("checks", []):
+        if check.get("check") != "hardware_floors":
+            continue
+        for gpu in check.get("figures", {}).get("gpus", []):
+            for key, figure in gpu.get("figures", {}).items():
+                if figure.get("mean") is not None:
+                    found[f"GPU {gpu.get('index')} {key}"] = {
+                        "value": float(figure["mean"]),
+                        "unit": figure.get("unit", ""),
+                        "name": gpu.get("name", "?"),
+                        "figure": key,
+                    }
+    return found
+
+
+def fleet_outliers(summaries: Mapping[str, Mapping | None], fraction: float) -> dict[str, list]:
+    """Per host, the hardware figures more than `fraction` below the fleet's median for the same
+    GPU model and figure (this run's fleet: three GPUs of the model or more), as SuperBench's
+    baseline rule does, without a baseline file."""
+    values: dict[tuple[str, str], list[float]] = {}
+    means = {host: hardware_means(summary) for host, summary in summaries.items()}
+    for found in means.values():
+        for item in found.values():
+            values.setdefault((item["name"], item["figure"]), []).append(item["value"])
+    reasons: dict[str, list] = {host: [] for host in summaries}
+    for host, found in means.items():
+        for label, item in found.items():
+            peers = values[(item["name"], item["figure"])]
+            if len(peers) < 3:
+                continue
+            median = statistics.median(peers)
+            if median > 0 and item["value"] < (1 - fraction) * median:
+                reasons[host].append(
+                    f"{label} {item['value']:,.1f} {item['unit']} is "
+                    f"{100 * (1 - item['value'] / median):.1f} % below the fleet's median for "
+                    f"{item['name']} ({median:,.1f}; {len(peers)} GPUs, "
+                    f"acceptance_fleet_outlier_fraction {fraction:g})"
+                )
+    return reasons
 
 
 def _summary(value: Mapping | str | None) -> Mapping | None:
@@ -136,7 +189,10 @@ def _summary(value: Mapping | str | None) -> Mapping | None:
 
 
 def acceptance_nodes(
-    inputs: Sequence[Mapping], per_gpu_csv: str, pairs: Mapping | None = None
+    inputs: Sequence[Mapping],
+    per_gpu_csv: str,
+    pairs: Mapping | None = None,
+    outlier_fraction: float = 0.1,
 ) -> list[dict]:
     """Every host's verdict, in the order given. Each input is {host, summary (verify.yml's report:
     dict or JSON text, empty where missing), address (how the per-GPU rows name the host; default
@@ -144,26 +200,79 @@ def acceptance_nodes(
     is pair_verdicts' result (None: no node-to-node all-reduce ran)."""
     rows = per_gpu_rows(per_gpu_csv)
     named = (pairs or {}).get("reasons", {})
+    summaries = {item["host"]: _summary(item.get("summary")) for item in inputs}
+    outliers = fleet_outliers(summaries, float(outlier_fraction))
     out = []
     for item in inputs:
         host = item["host"]
         name = item.get("address") or host
         mine = [r for r in rows if r["node"] == name]
         expected = item.get("gpus")
-        out.append(
-            node_verdict(
-                host,
-                _summary(item.get("summary")),
-                mine,
-                None if expected in (None, "") else int(expected),
-                named.get(host, []),
-            )
+        node = node_verdict(
+            host,
+            summaries[host],
+            mine,
+            None if expected in (None, "") else int(expected),
+            [*named.get(host, []), *outliers.get(host, [])],
         )
+        for p in (pairs or {}).get("pairs", []):
+            if host in p["pair"] and p["busbw_gbs"] is not None:
+                partner = next(h for h in p["pair"] if h != host)
+                node["metrics"][f"all-reduce with {partner} GB/s"] = p["busbw_gbs"]
+        out.append(node)
     return out
 
 
+def acceptance_history(nodes: Sequence[Mapping], history: str, stamp: str, change=0.02) -> dict:
+    """Each node's figures against its last accepted run in the history (JSON lines, one per node
+    and run, as this returns them to append): {"append": [line], "changes": [{host, since,
+    metric, before, now, change}]} for the figures that moved by `change` (a fraction) or more."""
+    last: dict[str, dict] = {}
+    for line in (history or "").splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue  # a line cut by a crash is skipped, not fatal
+        if isinstance(entry, dict) and entry.get("verdict") == PASS and entry.get("host"):
+            last[entry["host"]] = entry
+    changes = []
+    for node in nodes:
+        before = last.get(node["host"])
+        if not before:
+            continue
+        for metric, now in node.get("metrics", {}).items():
+            old = before.get("metrics", {}).get(metric)
+            if old and now is not None and abs(now / old - 1) >= change:
+                changes.append(
+                    {
+                        "host": node["host"],
+                        "since": before.get("time"),
+                        "metric": metric,
+                        "before": old,
+                        "now": now,
+                        "change": now / old - 1,
+                    }
+                )
+    append = [
+        json.dumps(
+            {
+                "time": stamp,
+                "host": node["host"],
+                "verdict": node.get("verdict", PASS if node["passed"] else FAIL),
+                "metrics": node.get("metrics", {}),
+            },
+            sort_keys=True,
+        )
+        for node in nodes
+    ]
+    return {"append": append, "changes": changes, "threshold": change}
+
+
 def acceptance_fleet(
-    nodes: Sequence[Mapping], title: str = "Fleet acceptance", pairs: Mapping | None = None
+    nodes: Sequence[Mapping],
+    title: str = "Fleet acceptance",
+    pairs: Mapping | None = None,
+    history: Mapping | None = None,
 ) -> str:
     """The fleet summary in markdown: the verdict, every node, the flagged GPUs slowest first,
     and the node-to-node all-reduce's pairs (pair_verdicts' result) where it ran."""
@@ -205,6 +314,29 @@ def acceptance_fleet(
             lines.append(
                 f"| {host} | {g['gpu_index']} | {g['model']} | {rate} | "
                 f"{_pct(g['vs_node_median'])} | {_pct(g['vs_published'])} | {g['verdict']} |"
+            )
+    if history is not None:
+        lines += [
+            "",
+            "## Since each node's last accepted run",
+            "",
+        ]
+        if history["changes"]:
+            lines += [
+                f"The figures that moved by {100 * history['threshold']:g} % or more:",
+                "",
+                "| node | since | figure | then | now | change |",
+                "|---|---|---|---|---|---|",
+            ]
+            lines += [
+                f"| {c['host']} | {c['since']} | {c['metric']} | {c['before']:,.1f} | "
+                f"{c['now']:,.1f} | {_pct(c['change'])} |"
+                for c in history["changes"]
+            ]
+        else:
+            lines.append(
+                f"No figure moved by {100 * history['threshold']:g} % or more (nodes without an "
+                "accepted run before have nothing to compare)."
             )
     if pairs and pairs.get("pairs"):
         lines += [
@@ -384,6 +516,7 @@ class FilterModule:
         return {
             "gpurig_acceptance_nodes": acceptance_nodes,
             "gpurig_acceptance_fleet": acceptance_fleet,
+            "gpurig_acceptance_history": acceptance_history,
             "gpurig_acceptance_pair_rounds": pair_rounds,
             "gpurig_acceptance_pair_roles": pair_roles,
             "gpurig_acceptance_pair_verdicts": pair_verdicts,

@@ -524,6 +524,7 @@ def acceptance(
         "bench_environment": {"BENCH_INJECT_FAULT": fault} if fault else {},
         # The node-to-node all-reduce's buffer: small, for CPU ranks over veth links.
         "acceptance_pair_mib": 4,
+        "acceptance_history_file": str(tmp_path / "history.jsonl"),
         **(more or {}),
     }
     env = {
@@ -630,4 +631,11 @@ def test_acceptance_names_the_node_behind_a_slowed_link(hosts: Path, tmp_path: P
     fleet = (report / "fleet.md").read_text()
     assert "2 of 3 nodes passed, 1 failed, 0 inconclusive" in fleet
     assert "## Node-to-node all-reduce, in pairs" in fleet
+    # Every node's verdict and figures appended to the history, its pairs' rates among them.
+    history = [json.loads(x) for x in (tmp_path / "history.jsonl").read_text().splitlines()]
+    assert [(h["host"], h["verdict"]) for h in history] == [
+        ("gsb1", "pass"), ("gsb2", "pass"), ("gsb3", "fail")
+    ]  # fmt: skip
+    assert history[2]["metrics"]["all-reduce with gsb1 GB/s"] == rates["gsb1 <-> gsb3"]
+    assert "## Since each node's last accepted run" in fleet
     assert tagged_processes() == []

@@ -195,7 +195,8 @@ def test_a_bad_threshold_is_refused_before_any_check_is_recorded(tmp_path, given
         (
             {"acceptance_pair_slow_fraction": 2},
             "acceptance_pair_slow_fraction=2, acceptance_pair_mib=256, "
-            "acceptance_pair_min_busbw_gbs=none: expected a fraction between 0 and 1",
+            "acceptance_pair_min_busbw_gbs=none, acceptance_fleet_outlier_fraction=0.1, "
+            "acceptance_history_change=0.02: expected fractions between 0 and 1",
         ),
     ],
 )

@@ -282,3 +282,59 @@ def test_a_slow_pair_between_two_healthy_nodes_names_the_path():
 def test_no_pairs_leave_the_verdicts_alone():
     judged = acceptance.pair_verdicts([{"results": []}, {}])
     assert judged["pairs"] == [] and judged["fleet_reference_gbs"] is None
+
+
+# ---- The fleet's medians and each node's history -------------------------------------------------
+def with_hardware(host_name: str, bf16: float, name: str = "NVIDIA H100 80GB HBM3") -> dict:
+    """A verify summary whose hardware_floors check measured this bf16 GEMM mean on GPU 0."""
+    report = summary(host_name)
+    figure = {"mean": bf16, "unit": "TFLOPS", "verdict": "pass"}
+    gpus = [{"index": 0, "name": name, "figures": {"gemm_bf16_tflops": figure}}]
+    report["checks"].append(
+        {"check": "hardware_floors", "passed": True, "figures": {"gpus": gpus}, "message": ""}
+    )
+    return report
+
+
+def fleet(*bf16: float, fraction: float = 0.1) -> list[dict]:
+    inputs = [host(f"n{i}", with_hardware(f"n{i}", v), f"n{i}") for i, v in enumerate(bf16)]
+    rows = table(*(gpu(f"n{i}", 0, 3000.0) for i in range(len(bf16))))
+    return acceptance.acceptance_nodes(inputs, rows, None, fraction)
+
+
+def test_a_gpu_far_below_the_fleets_median_for_its_model_fails_its_node():
+    nodes = fleet(760.0, 755.0, 620.0)  # each passed its floor; the third is 17.9 % below
+    assert [n["verdict"] for n in nodes] == ["pass", "pass", "fail"]
+    assert nodes[2]["reasons"] == [
+        "GPU 0 gemm_bf16_tflops 620.0 TFLOPS is 17.9 % below the fleet's median for NVIDIA H100 "
+        "80GB HBM3 (755.0; 3 GPUs, acceptance_fleet_outlier_fraction 0.1)"
+    ]
+    assert [n["verdict"] for n in fleet(760.0, 755.0, 620.0, fraction=0.2)] == ["pass"] * 3
+
+
+def test_two_gpus_of_a_model_are_not_enough_for_a_fleet_median():
+    assert [n["verdict"] for n in fleet(760.0, 380.0)] == ["pass", "pass"]
+
+
+def test_the_history_shows_what_moved_since_each_nodes_last_accepted_run():
+    first = acceptance.acceptance_history(fleet(760.0, 755.0, 750.0), "", "run1")
+    assert first["changes"] == [] and len(first["append"]) == 3
+    # A driver upgrade later: n1 lost 8 %, n2 moved 1 % (below the 2 % shown); a torn line is
+    # skipped; n0's last run failed, so its last accepted run is the first one.
+    failed = json.dumps({"time": "run2", "host": "n0", "verdict": "fail", "metrics": {}})
+    history = "\n".join([*first["append"], failed, '{"time": "run'])
+    later = acceptance.acceptance_history(fleet(760.0, 694.6, 742.5), history, "run3")
+    assert later["changes"] == [
+        {
+            "host": "n1",
+            "since": "run1",
+            "metric": "GPU 0 gemm_bf16_tflops",
+            "before": 755.0,
+            "now": 694.6,
+            "change": pytest.approx(-0.08),
+        }
+    ]
+    nodes = fleet(760.0, 694.6, 742.5)
+    text = acceptance.acceptance_fleet(nodes, history=later)
+    assert "| n1 | run1 | GPU 0 gemm_bf16_tflops | 755.0 | 694.6 | -8.0 % |" in text
+    assert json.loads(later["append"][1])["metrics"]["GPU 0 img/s"] == 3000.0
