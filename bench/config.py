@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
+import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,7 @@ from bench.launcher_kinds import (
     LAUNCHER_KINDS,
     LAUNCHERS,
     NOT_BUILT,
+    PER_GPU,
     TENSORFLOW_PACKAGE,
     LauncherKind,
     launcher_kind,
@@ -134,7 +136,10 @@ class BenchConfig(ImageKnobs):
         at_least=1,
         words="none, weak scaling",
     )
-    repeats: int = knob("--repeats", "launches per configuration", parse=int, default=3, at_least=1)
+    # At most 1000: every launch is a row the controller keeps (100000000 grew it past 5 GB).
+    repeats: int = knob(
+        "--repeats", "launches per configuration", parse=int, default=3, at_least=1, at_most=1000
+    )
     timeout_s: float = knob(
         "--timeout", "seconds before a run is killed", parse=float, gpu=1200.0, cpu=300.0, above=0
     )
@@ -252,10 +257,17 @@ def check_values(values: Mapping[str, Any]) -> list[str]:
         if value is None:
             continue
         items = value if k.many else (value,)
+        if any(isinstance(v, float) and not math.isfinite(v) for v in items):
+            errors.append(f"{k.flag} must be a finite number, got {_shown(value)}")
+            continue
         if k.at_least is not None and any(v < k.at_least for v in items):
             errors.append(f"{k.flag} must be >= {k.at_least:g}, got {_shown(value)}")
         if k.above is not None and any(v <= k.above for v in items):
             errors.append(f"{k.flag} must be > {k.above:g}, got {_shown(value)}")
+        if k.at_most is not None and any(v > k.at_most for v in items):
+            errors.append(f"{k.flag} must be <= {k.at_most:g}, got {_shown(value)}")
+    if values.get("out_root") is not None and not str(values["out_root"]).strip():
+        errors.append('--out must name a directory, got ""')
     if any(n < 1 or s <= 0 for n, s in values.get("claim") or ()):
         errors.append("--claim: GPUs >= 1 and seconds > 0")
     data = values.get("data")
@@ -269,13 +281,26 @@ def check_values(values: Mapping[str, Any]) -> list[str]:
 
 
 def _shown(value: Any) -> str:
-    return ",".join(f"{v:g}" for v in value) if isinstance(value, tuple) else f"{value:g}"
+    items = value if isinstance(value, tuple) else (value,)
+    return ",".join(str(v) if isinstance(v, int) else f"{v:g}" for v in items)
+
+
+def unused_options(values: Mapping[str, Any]) -> list[str]:
+    """Options given where nothing would read them (as typed: a resolved config has defaults)."""
+    if values.get("slow_gpu_threshold") is not None and PER_GPU.name not in (
+        values.get("launchers") or ()
+    ):
+        return [
+            f"--slow-gpu-threshold applies to --launchers {PER_GPU.name} only (the per-GPU "
+            "check), which this sweep does not run"
+        ]
+    return []
 
 
 def request_problems(request: Request) -> list[str]:
-    """Values no machine could run and flags that contradict each other, as typed (validate
-    lists them with the machine's problems)."""
-    return check_values(request.values) + conflicts(request.values)
+    """Values no machine could run, flags that contradict each other and options nothing would
+    read, as typed (validate lists them with the machine's problems)."""
+    return check_values(request.values) + conflicts(request.values) + unused_options(request.values)
 
 
 # --------------------------------------------------------------------------------------------

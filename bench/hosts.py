@@ -400,9 +400,17 @@ def cluster_from_options(
     declared = dict(knobs(ClusterConfig))
     given = {n: k.default if typed.get(n) is None else typed[n] for n, k in declared.items()}
     if not (given["hosts"] or given["hostfile"] or given["slurm"]):
-        grid = [declared[n].flag for n in ("node_counts", "gpus_per_node") if given[n]]
-        if grid:
-            raise HostSpecError(f"{', '.join(grid)} need --hosts, --hostfile or --slurm")
+        # Every other multi-node option, given on a sweep of this machine alone, would be ignored.
+        unused = [
+            k.flag
+            for n, k in declared.items()
+            if n not in ("hosts", "hostfile", "slurm") and typed.get(n) is not None
+        ]
+        if unused:
+            raise HostSpecError(
+                f"{', '.join(unused)} {'apply' if len(unused) > 1 else 'applies'} to a multi-node "
+                "sweep only: give --hosts, --hostfile or --slurm, or leave it out"
+            )
         return None
     if given["slurm"]:
         if not given["node_counts"]:

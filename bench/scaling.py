@@ -1,8 +1,9 @@
 """`python -m bench.scaling`: sweep GPU counts x launchers, store every run, write the report.
 
-The command line only: parse the request, open a --resume sweep (refused, or locked, before
-torch is imported), then hand it to the stages in bench.stages, which list every problem of the
-request and the machine at once. Exit status: see EXIT_CODES.
+The command line only: parse the request and refuse the values no machine could run (torch-free,
+in well under a second), open a --resume sweep (refused, or locked, before torch is imported),
+then hand it to the stages in bench.stages, which list every problem of the machine at once.
+Exit status: see EXIT_CODES.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from bench.config import ConfigError, Request
+from bench.config import ConfigError, Request, refuse, request_problems
 from bench.launcher_kinds import DEFAULT_LAUNCHERS, launcher_kind
 from bench.options import EXIT_CODES, parse_request
 from bench.spec import runs_on_host
@@ -27,10 +28,19 @@ def wants_horovod_check(request: Request) -> bool:
     return horovod and runs_on_host(request.values) and request.cluster is None
 
 
+def admitted(args: Sequence[str]) -> Request:
+    """The request argv makes, once the values tier found nothing no machine could run: values out
+    of range or not finite, flags that contradict each other, options nothing would read. It is
+    torch-free and takes well under a second; ConfigError lists every problem."""
+    request = parse_request(args)
+    refuse(request_problems(request))
+    return request
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     try:
-        request = parse_request(args)
+        request = admitted(args)  # before the saved sweep, torch, pandas or this machine
         saved = None
         if request.resume is not None:  # refused, or locked, before torch loads
             from bench.resume import open_saved

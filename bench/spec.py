@@ -95,7 +95,8 @@ class Knob:
     switch: an option without a value that sets `not default`. many: a comma list (a Variant
     field's values are each a separate run). repeat: the option may be given again, each value
     kept (a value that may hold commas, such as an ssh -o option). at_least/above: the smallest
-    allowed value. exclusive: knobs naming the same set may not be given together.
+    allowed value; at_most: the largest. A number must be finite whatever its range. exclusive:
+    knobs naming the same set may not be given together.
     """
 
     flag: str
@@ -112,6 +113,7 @@ class Knob:
     repeat: bool = False
     at_least: float | None = None
     above: float | None = None
+    at_most: float | None = None
     row: bool = True
     exclusive: str = ""
 

@@ -32,7 +32,6 @@ from bench.config import (
     launcher_problem,
     problems,
     refuse,
-    request_problems,
 )
 from bench.hosts import ClusterConfig
 from bench.launcher_kinds import launcher_kind
@@ -175,8 +174,7 @@ def _prepare(request: Request, env: Environment, saved: Saved | None) -> Sweep:
         sweep = Sweep(saved.config, saved.store, saved.meta, lock=saved.lock)
     else:
         sweep = fresh_sweep(request, env)
-    earlier = request_problems(request) if saved is None else []
-    errors = [*earlier, *problems(sweep.config, env, models.available_models())]
+    errors = problems(sweep.config, env, models.available_models())
     sweep.unavailable = unavailable_launchers(sweep.config, env)
     errors += node_problems(sweep, nodes)
     if not errors:  # the images are checked only for a sweep that is otherwise possible

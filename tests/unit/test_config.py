@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from bench_builders import MODELS, config_for, cpu_machine, gpu_machine
 
 from bench import machine, scaling, stages
-from bench.config import BenchConfig, ConfigError, HorovodStatus, validate
+from bench.config import BenchConfig, ConfigError, HorovodStatus, request_problems, validate
 from bench.options import explicit_options, parse_request
 
 
@@ -306,3 +308,36 @@ def test_values_are_checked_without_a_machine() -> None:
         "--grad-accum must be >= 1, got 0"
     ]
     assert request_problems(parse_request(["--grad-accum", "2"])) == []
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--timeout", "nan"], "--timeout must be a finite number, got nan"),
+        (["--timeout", "inf"], "--timeout must be a finite number, got inf"),
+        (["--probe-mb", "nan"], "--probe-mb must be a finite number, got nan"),
+        (["--repeats", "100000000"], "--repeats must be <= 1000, got 100000000"),
+        (["--out", ""], '--out must name a directory, got ""'),
+        (["--slow-gpu-threshold", "5"], "--slow-gpu-threshold applies to --launchers per-gpu only"),
+    ],
+)
+def test_values_no_machine_could_run_are_refused_as_typed(argv, expected) -> None:
+    assert any(expected in problem for problem in request_problems(parse_request(argv)))
+
+
+def test_the_values_tier_touches_neither_torch_nor_pandas_nor_the_machine() -> None:
+    assert (
+        request_problems(parse_request(["--launchers", "per-gpu", "--slow-gpu-threshold", "5"]))
+        == []
+    )
+    code = (
+        "import sys\n"
+        "from bench.config import request_problems\n"
+        "from bench.options import parse_request\n"
+        "assert request_problems(parse_request(['--timeout', 'nan']))\n"
+        "heavy = {'torch', 'pandas', 'pynvml'} & set(sys.modules)\n"
+        "assert not heavy, heavy\n"
+    )
+    subprocess.run(
+        [sys.executable, "-c", code], check=True, timeout=60, cwd=Path(__file__).parents[2]
+    )

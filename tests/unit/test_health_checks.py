@@ -587,7 +587,7 @@ def test_hardware_floors_judge_each_gpu_pair_by_its_source_gpus_floor():
                 sys.executable,
                 str(ROOT / "playbooks/files/verify_hardware.py"),
                 *("--device", "cpu", "--cpu-devices", "2", "--repeats", "2", "--tests", "p2p"),
-                *("--max-repeats", "4", "--floors", json.dumps(table)),
+                *("--max-repeats", "30", "--floors", json.dumps(table)),
             ],
             capture_output=True,
             text=True,
@@ -605,7 +605,7 @@ def test_hardware_floors_judge_each_gpu_pair_by_its_source_gpus_floor():
     assert {(p["src"], p["dst"]) for p in row["figures"]["pairs"]} == {(0, 1), (1, 0)}
     # How many samples each took depends on this machine's noise (test_verify_hardware.py tests the
     # stopping rule on scripted samples); each is within the cap.
-    assert all(2 <= p["repeats"] <= 4 for p in row["figures"]["pairs"])
+    assert all(2 <= p["repeats"] <= 30 for p in row["figures"]["pairs"])
     high = {**low, "floors": {"p2p_gbs": {**floor, "value": 1e6, "source": "no link reaches"}}}
     result, report = run([high])
     row = health.hardware_floors(result)

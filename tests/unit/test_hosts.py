@@ -190,8 +190,26 @@ def cluster_args(argv: list[str]) -> ClusterConfig | None:
 
 def test_no_hosts_means_a_single_node_sweep() -> None:
     assert cluster_args([]) is None
-    with pytest.raises(HostSpecError, match="--nodes, --gpus-per-node need --hosts"):
+    with pytest.raises(HostSpecError, match="--nodes, --gpus-per-node apply to a multi-node"):
         cluster_args(["--nodes", "2", "--gpus-per-node", "1"])
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--ssh-port", "2222"],
+        ["--ssh-user", "ops"],
+        ["--ssh-option", "BatchMode=yes"],
+        ["--network-interface", "eth0"],
+        ["--remote-python", "/env/bin/python"],
+    ],
+)
+def test_a_multi_node_option_on_a_single_node_sweep_is_refused_not_ignored(argv) -> None:
+    with pytest.raises(
+        HostSpecError,
+        match=f"^{argv[0]} applies to a multi-node sweep only: give --hosts, --hostfile or --slurm",
+    ):
+        cluster_args(argv)
 
 
 def test_hosts_make_a_grid_that_survives_sweep_json(tmp_path: Path) -> None:

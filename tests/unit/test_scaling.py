@@ -114,30 +114,28 @@ def test_a_malformed_request_is_refused_before_torch_is_imported(
     assert expected in done.stderr
 
 
-def test_every_problem_is_listed_in_one_pass(tmp_path: Path) -> None:
-    # a value out of range, a conflict, an unusable --out and a machine-dependent problem
-    # (more ranks than the CPU has cores) in one refusal, not one wave after another
+def test_every_problem_is_listed_in_one_pass_per_tier(tmp_path: Path) -> None:
+    # Tier 1, values: a value out of range, a non-finite one and a conflict, in one refusal,
+    # before torch, pandas or the machine is touched.
     (tmp_path / "file").write_text("")
-    argv = [
-        "--steps",
-        "0",
-        "--gpus",
-        "4096",
-        "--out",
-        str(tmp_path / "file" / "results"),
-        "--global-batch",
-        "64",
-        "--batch-size",
-        "8",
-        "--model",
-        "resnet5O",
-    ]
-    done = heavy_modules_after(argv)
+    machine = ["--gpus", "4096", "--out", str(tmp_path / "file" / "results"), "--model", "resnet5O"]
+    values = ["--steps", "0", "--timeout", "nan", "--global-batch", "64", "--batch-size", "8"]
+    done = heavy_modules_after([*values, *machine])
+    assert done.stdout.strip() == "2 []", done.stdout + done.stderr
+    problems = [line for line in done.stderr.splitlines() if line.startswith("  - ")]
+    for text in (
+        "--steps must be >= 1",
+        "--timeout must be a finite number",
+        "--global-batch with",
+    ):
+        assert sum(text in p for p in problems) == 1, (text, done.stderr)
+    assert len(problems) == 3, done.stderr
+    # Tier 2, the machine: with the values fixed, an unusable --out, more ranks than the machine
+    # has and an unknown model, again in one refusal, not one wave after another.
+    done = heavy_modules_after(machine)
     assert done.stdout.startswith("2 "), done.stdout + done.stderr
     problems = [line for line in done.stderr.splitlines() if line.startswith("  - ")]
     expected = [
-        "--steps must be >= 1",
-        "--global-batch with --batch-size",
         f"lies under {tmp_path / 'file'}, which is a plain file",
         "--gpus: 4096 requested",
         "--model: unknown",

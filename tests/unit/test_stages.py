@@ -10,10 +10,9 @@ from pathlib import Path
 import pytest
 from bench_builders import MODELS, cpu_machine
 
-from bench import stages
+from bench import scaling, stages
 from bench.config import ConfigError, Environment, HorovodStatus
 from bench.launchers import ExecResult
-from bench.options import parse_request
 from bench.rank import wire
 from bench.spec import ProbeSpec, RunSpec
 
@@ -46,7 +45,7 @@ class FakeLauncher:
 
 
 def prepare(argv: list[str], env: Environment) -> stages.Sweep:
-    return stages.prepare(parse_request(argv), argv, env)
+    return stages.prepare(scaling.admitted(argv), argv, env)
 
 
 @pytest.fixture
