@@ -103,6 +103,9 @@ def netns_fleet(
                             "-o StrictHostKeyChecking=yes"
                         ),
                         "ansible_python_interpreter": "/usr/bin/python3",
+                        # ssh's connect timeout: this 2-core machine, loaded by the suite and by
+                        # molecule beside it, has taken over the default 10 s to answer.
+                        "ansible_ssh_timeout": 60,
                         "bench_python": str(python),
                         "bench_gpus_per_node": gpus_per_node,
                         "bench_workdir": str(workdir),
