@@ -84,6 +84,18 @@ def _ran(result: Mapping) -> tuple[bool, str]:
     return rc == 0, f"rc {rc}: {said[-1] if said else 'no output'}"
 
 
+def _script_report(result: Mapping) -> tuple[bool, str, dict, list]:
+    """One of our playbooks/files scripts' JSON: whether it ran, what it said otherwise, the
+    report and its "gpus" (empty where it did not run or printed no JSON object)."""
+    ran, said = _ran(result)
+    try:
+        report = json.loads(str(result.get("stdout") or "")) if ran else {}
+    except ValueError:
+        ran, said, report = False, "its output is not JSON", {}
+    report = report if isinstance(report, dict) else {}
+    return ran, said, report, report.get("gpus", [])
+
+
 def gpu_count(pci_gpus, expected) -> dict:
     """GPUs on the PCI bus against the expected count (verify_expected_gpus)."""
     found, wanted = int(pci_gpus), int(expected)
@@ -577,12 +589,7 @@ def hardware_floors(result: Mapping) -> dict:
     inconclusive by its interval (HARDWARE_RULE), and the check takes the worst verdict. A model
     without an entry, and a figure without a floor, are recorded unjudged, and the figures say
     so. An inconclusive check does not pass."""
-    ran, said = _ran(result)
-    try:
-        report = json.loads(str(result.get("stdout") or "")) if ran else {}
-    except ValueError:
-        ran, said, report = False, "its output is not JSON", {}
-    gpus = report.get("gpus", []) if isinstance(report, Mapping) else []
+    ran, said, report, gpus = _script_report(result)
     if not ran or not gpus:
         reason = said if not ran else "it measured no GPU"
         row = _row(
@@ -668,12 +675,7 @@ def burn_in(result: Mapping, fault_reasons: Iterable = (), max_drop=0.05) -> dic
     median of the last quarter of its windows more than max_drop below the median of the first
     quarter (the very first window left out: clocks are still ramping there). Fewer than 5
     windows cannot show a drift, and fail the check: the burn-in was too short for its window."""
-    ran, said = _ran(result)
-    try:
-        report = json.loads(str(result.get("stdout") or "")) if ran else {}
-    except ValueError:
-        ran, said, report = False, "its output is not JSON", {}
-    gpus = report.get("gpus", []) if isinstance(report, Mapping) else []
+    ran, said, report, gpus = _script_report(result)
     if not ran or not gpus:
         reason = said if not ran else "it loaded no GPU"
         return _row(

@@ -5,11 +5,12 @@
         [--repeats R]
 
 Each rank all-reduces a float32 buffer of --mib MiB with torch.distributed: NCCL on GPUs (one GPU
-per rank, by LOCAL_RANK), Gloo where torch sees none (how CI runs it on CPU). Rank 0 times --repeats
-samples of --iters all-reduces each (after --warmup untimed) and prints ONE JSON object: the
-bandwidth of each sample as nccl-tests counts it, algbw = bytes / seconds and busbw = algbw x
-2(n-1)/n for n ranks (nccl-tests' doc/PERFORMANCE.md, "AllReduce"), in GB/s (1e9 bytes/s). The
-other ranks print nothing. Exit status 2 for a bad option, naming it, its value and what is
+per rank, by LOCAL_RANK), Gloo where torch sees none (how CI runs it on CPU). Every rank times
+--repeats samples of --iters all-reduces each (after --warmup untimed); a sample's time is the
+slowest rank's. Rank 0 prints ONE JSON object: the bandwidth of each sample as nccl-tests counts
+it, algbw = bytes / seconds and busbw = algbw x 2(n-1)/n for n ranks (nccl-tests'
+doc/PERFORMANCE.md, "AllReduce", read 2026-11-27), in GB/s (1e9 bytes/s). The other ranks print
+nothing. Exit status 2 for a bad option, naming it, its value and what is
 expected.
 """
 
