@@ -37,6 +37,10 @@ tests/fixtures/health/ with their sources in SOURCES.md there):
   nvidia-ml-py; its format is ours), since no nvidia-smi output of them was found both ways.
 - GEMM, device and host copies: the JSON of playbooks/files/verify_hardware.py (torch; its format
   is ours), judged against playbooks/vars/hardware_floors.yml.
+- nccl-tests' all_reduce_perf: "#  Rank  0 Group  0 Pid <pid> on <host> device  0 [<bus>] <GPU
+  name>" lines, then one row per size: size count type redop root, then time algbw busbw #wrong
+  out of place and the same in place, and "# Avg bus bandwidth    : <GB/s>" (nccl-tests 2.20.0,
+  tests/standin/tools/fixtures/all_reduce_perf.txt and its sources).
 Unit tests: tests/unit/test_health_checks.py.
 """
 
@@ -64,6 +68,9 @@ ECC_VOLATILE = "ecc.errors.uncorrected.volatile.total"  # since the driver loade
 ECC_AGGREGATE = "ecc.errors.uncorrected.aggregate.total"  # over the GPU's lifetime
 PCIE_GEN = ("pcie.link.gen.current", "pcie.link.gen.max")
 PCIE_WIDTH = ("pcie.link.width.current", "pcie.link.width.max")
+NCCL_DEVICE = re.compile(r"^#\s+Rank\s+\d+\s.*?\bdevice\s+\d+\s+\[[^\]]*\]\s+(.+?)\s*$", re.M)
+NCCL_ROW = re.compile(r"^\s*\d+\s+\d+(?:\s+\S+){3}(?:\s+\S+){8}\s*$", re.M)
+NCCL_AVG = re.compile(r"Avg bus bandwidth\s*:\s*([0-9.]+)")
 
 
 def _row(check: str, passed: bool, figures: dict, message: str) -> dict:
@@ -529,6 +536,8 @@ HARDWARE_FIGURES = {
 
 # ... and the one figure per ordered pair of GPUs, judged by the source GPU's model.
 PAIR_FIGURE = "p2p_gbs"
+# The all-reduce floors, by GPU count and message size (nccl_allreduce, not verify_hardware.py).
+ALLREDUCE_FIGURE = "allreduce_busbw_gbs"
 
 # A measured figure's verdict against its floor, from the Student-t interval of its mean.
 PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
@@ -747,6 +756,94 @@ def burn_in(result: Mapping, fault_reasons: Iterable = (), max_drop=0.05) -> dic
     )
 
 
+def floor_entry(name: str, table: Iterable[Mapping]) -> Mapping | None:
+    """The first entry of verify_hardware_floors whose every token is a word of the GPU's name
+    (the table lists the more specific models first); verify_hardware.py matches GPUs the same
+    way (tests/unit/test_health_checks.py keeps the two equal)."""
+    found = set(re.findall(r"[A-Z0-9]+", name.upper()))
+    for entry in table:
+        if all(token.upper() in found for token in entry.get("tokens", [])):
+            return entry
+    return None
+
+
+def _allreduce(result: Mapping | None) -> dict:
+    """all_reduce_perf's run: whether it ran, its GPUs' names, the largest size's bus bandwidth
+    (out of place), its average bus bandwidth and how many sizes gave wrong results."""
+    ran, said = _ran(result or {})
+    text = str((result or {}).get("stdout") or "")
+    rows = [m.group(0).split() for m in NCCL_ROW.finditer(text)]
+    avg = NCCL_AVG.search(text)
+    return {
+        "ran": ran and bool(rows),
+        "said": "it printed no result rows" if ran else said,
+        "names": NCCL_DEVICE.findall(text),
+        "largest": (int(rows[-1][0]), float(rows[-1][7])) if rows else None,
+        "avg": float(avg[1]) if avg else None,
+        "wrong": sum(1 for r in rows if r[8] not in ("0", "N/A") or r[12] not in ("0", "N/A")),
+    }
+
+
+def allreduce_floor(result: Mapping, table: Iterable[Mapping], gpus) -> dict | None:
+    """The all-reduce floor (verify_hardware_floors' allreduce_busbw_gbs) for the GPU model the
+    run names and this node's GPU count, with its model; None when the table has none."""
+    names = _allreduce(result)["names"]
+    entry = floor_entry(names[0], table) if names else None
+    for floor in ((entry or {}).get("floors") or {}).get(ALLREDUCE_FIGURE) or []:
+        if int(floor["gpus"]) == int(gpus):
+            return {**floor, "model": entry["model"]}
+    return None
+
+
+def nccl_allreduce(
+    sweep: Mapping, at_floor: Mapping | None = None, floor: Mapping | None = None, gpus=0
+) -> dict:
+    """all_reduce_perf across the node's GPUs: the sweep (8 B to 256 MB) must run with no wrong
+    results; where verify_hardware_floors has a floor for this model and GPU count (Azure's
+    check_nccl_allreduce: the average bus bandwidth of a run at one size), the run at that size
+    must reach it. Without a floor the bandwidth is recorded, not judged, and the figures say so."""
+    swept, floored = _allreduce(sweep), _allreduce(at_floor)
+    model = floor["model"] if floor else (swept["names"] or ["an unnamed GPU"])[0]
+    figures = {
+        "gpus": int(gpus),
+        "model": model,
+        "busbw_gbs_at_largest_size": swept["largest"][1] if swept["largest"] else None,
+        "largest_size_bytes": swept["largest"][0] if swept["largest"] else None,
+        "wrong_results": swept["wrong"] + floored["wrong"],
+        "floor": None,
+    }
+    problems = []
+    if not swept["ran"]:
+        problems.append(f"all_reduce_perf -b 8 -e 256M -g {gpus} did not measure ({swept['said']})")
+    if floor is None:
+        figures["floor_note"] = (
+            f"no all-reduce floor for {gpus} x {model} in verify_hardware_floors: "
+            "recorded, not judged"
+        )
+    else:
+        value, size = float(floor["value"]), floor["size"]
+        figures["floor"] = {k: floor[k] for k in ("value", "size", "gpus", "kind", "source")}
+        figures["busbw_gbs_at_floor_size"] = floored["avg"]
+        if not floored["ran"] or floored["avg"] is None:
+            problems.append(f"all_reduce_perf at {size} did not measure ({floored['said']})")
+        elif floored["avg"] < value:
+            problems.append(
+                f"{floored['avg']:,.1f} GB/s average bus bandwidth at {size} across {gpus} x "
+                f"{model}, below the floor {value:,.1f} ({floor['kind']}: {floor['source']})"
+            )
+    if figures["wrong_results"]:
+        problems.append(f"{figures['wrong_results']} size(s) with wrong results")
+    return _row(
+        "nccl_tests_allreduce",
+        not problems,
+        figures,
+        "All-reduce inside the node: "
+        + "; ".join(problems)
+        + ". Check `nvidia-smi topo -m`, NVLink/P2P state and Fabric Manager; build nccl-tests with"
+        " the nccl_tests role.",
+    )
+
+
 def not_checked(check: str, reason: str) -> dict:
     """A check that does not apply on this host: passed, with the reason in its figures."""
     return _row(check, True, {"skipped": reason}, "")
@@ -767,4 +864,6 @@ class FilterModule:
             "gpurig_health_not_checked": not_checked,
             "gpurig_health_hardware_floors": hardware_floors,
             "gpurig_health_burn_in": burn_in,
+            "gpurig_health_allreduce_floor": allreduce_floor,
+            "gpurig_health_nccl_allreduce": nccl_allreduce,
         }

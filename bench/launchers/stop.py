@@ -24,7 +24,8 @@ import subprocess
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
+
+import psutil
 
 
 @dataclass(frozen=True)
@@ -41,89 +42,74 @@ class StopPolicy:
 STOP = StopPolicy()
 
 
-def _children(pid: int) -> list[int]:
-    """Every live descendant of `pid`."""
-    parents: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        # the command name (field 2) may contain spaces; ppid is the 2nd field after it
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        parents.setdefault(ppid, []).append(int(entry.name))
-    found, todo = [], [pid]
-    while todo:
-        for child in parents.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
+def _signal_all(procs: Sequence[psutil.Process], sig: int) -> None:
+    for proc in procs:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.send_signal(sig)
 
 
-def _signal_all(pids: Sequence[int], sig: int) -> None:
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, sig)
+def _running(procs: Sequence[psutil.Process]) -> list[psutil.Process]:
+    """Those still running: a zombie has exited, only its parent has yet to reap it."""
+    running = []
+    for proc in procs:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if proc.status() != psutil.STATUS_ZOMBIE:
+                running.append(proc)
+    return running
+
+
+def _descendants(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+def _wait_gone(procs: Sequence[psutil.Process], seconds: float) -> list[psutil.Process]:
+    """Wait up to `seconds` for the processes to end; returns those still running."""
+    deadline = time.monotonic() + seconds
+    while (running := _running(procs)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return running
 
 
 def stop_tree(proc: subprocess.Popen, policy: StopPolicy = STOP) -> None:
-    """Stop a process started here and all its descendants; returns once it is reaped."""
+    """Stop a process started here and all its descendants; returns once it is reaped (by
+    Popen, so that its returncode stays the signal's)."""
     if proc.poll() is not None:
         return
-    tree = [proc.pid, *_children(proc.pid)]
+    tree = _descendants(proc.pid)
+    proc.send_signal(policy.first)
     _signal_all(tree, policy.first)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=policy.grace_s)
-    survivors = [pid for pid in tree if Path(f"/proc/{pid}").exists()]
-    _signal_all([*survivors, *_children(proc.pid)], policy.last)
+    # what is left of the tree, and what its processes started during the grace period
+    survivors = _running(list(dict.fromkeys([*tree, *_descendants(proc.pid)])))
+    if proc.poll() is None:
+        proc.send_signal(policy.last)
+    _signal_all(survivors, policy.last)
     proc.wait()
     # a descendant reparented to init may outlive its parent for a moment: wait for it
-    deadline = time.monotonic() + policy.grace_s
-    while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() for p in survivors):
-        time.sleep(0.05)
+    _wait_gone(survivors, policy.grace_s)
 
 
-def tagged_processes(tag_var: str, tag: str) -> list[int]:
+def tagged_processes(tag_var: str, tag: str) -> list[psutil.Process]:
     """Local processes (but this one) whose environment has tag_var=tag exactly."""
-    entry = f"{tag_var}={tag}".encode()
     found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit() or int(proc.name) == os.getpid():
-            continue
-        try:
-            environ = (proc / "environ").read_bytes()
-        except OSError:
-            continue
-        if entry in environ.split(b"\0"):
-            found.append(int(proc.name))
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if proc.pid != os.getpid() and proc.environ().get(tag_var) == tag:
+                found.append(proc)
     return found
 
 
 def stop_tagged(tag_var: str, tag: str, policy: StopPolicy = STOP) -> list[int]:
     """Stop every local process tagged tag_var=tag: the first signal, up to the grace period,
     the last signal. Returns the pids it found."""
-    pids = tagged_processes(tag_var, tag)
-    _signal_all(pids, policy.first)
-    deadline = time.monotonic() + policy.grace_s
-    while time.monotonic() < deadline and _alive(pids):
-        time.sleep(0.05)
-    _signal_all(_alive(pids), policy.last)
-    return pids
-
-
-def _alive(pids: Sequence[int]) -> list[int]:
-    """The pids still running (a zombie has exited: its stat state is Z)."""
-    alive = []
-    for pid in pids:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state != "Z":
-            alive.append(pid)
-    return alive
+    procs = tagged_processes(tag_var, tag)
+    _signal_all(procs, policy.first)
+    _signal_all(_wait_gone(procs, policy.grace_s), policy.last)
+    return [proc.pid for proc in procs]
 
 
 def stop_script(

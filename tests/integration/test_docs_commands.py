@@ -25,6 +25,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import time
 import uuid
 from pathlib import Path
 
@@ -279,7 +280,10 @@ def test_readme_commands_in_order(tmp_path: Path, container: str, hosts: Path) -
             # Horovod) and which the hosts see on the filesystem they share with this machine
             python = copy / ".venv" / "bin" / "python"
             write_hosts(copy, netns_fleet(hosts, python, 1, tmp_path / "remote"))
+        started = time.monotonic()
         done = shell(copy, command, timeout=1800)
+        # each command's seconds, in the output pytest keeps when the test fails (and under -s)
+        print(f"{time.monotonic() - started:7.1f} s  {command}")
         assert done.returncode == 0, f"{command}\n{done.stdout[-6000:]}\n{done.stderr[-3000:]}"
         ran.append((command, done))
 

@@ -46,7 +46,8 @@ FAULT_MESSAGES = {
     "compat_torch_cuda_major": "torch 2.14.1+cu126 is built for CUDA 12.6 but the toolkit is",
     "horovod_build": "does not list both PyTorch and NCCL as built",
     "nccl_runtime": "/usr/lib/x86_64-linux-gnu/libnccl.so.2.29.7'] (torch NCCL 2.29.7",
-    "nccl_tests_allreduce": "/all_reduce_perf -g 4 (rc 127) measured 0.0 GB/s",
+    "nccl_tests_allreduce": "All-reduce inside the node: all_reduce_perf -b 8 -e 256M -g 4 did not "
+    "measure (rc 127: all_reduce_perf: error while loading shared libraries: libnccl.so.2",
     "container_gpus": "nvidia-smi -L` lists 0 GPUs but the PCI bus has 4 (rc 125: docker: Error",
     "cupy_matmul": "within 0.001 of NumPy (per GPU: [0.98])",
     "tensorflow_gpus_matmul": "lists 0 of the 4 GPUs",
@@ -137,15 +138,27 @@ def test_a_bad_floors_table_is_refused_before_any_check_runs(tmp_path):
     assert not (tmp_path / "report" / "gpuhost.json").exists()  # no check ran
 
 
+# An all-reduce floor whose size all_reduce_perf would not take ("GB" is not one of its suffixes).
+BAD_SIZE = {"gpus": 8, "size": "16GB", "value": 431, "kind": "cloud", "source": "x"}
+
+
 # Thresholds given as a user might mistype them: each refused, naming the variable, before any check
 # is recorded (no report); as numbers they would compare as 0, or run `dcgmi diag -r 7`.
 @pytest.mark.parametrize(
     ("given", "said"),
     [
         (
-            {"verify_nccl_tests_min_busbw_gbs": "abc"},
-            "argument 'verify_nccl_tests_min_busbw_gbs' is of type str and we were unable to "
-            "convert to float",
+            {
+                "verify_hardware_floors": [
+                    {
+                        "model": "H200",
+                        "tokens": ["H200"],
+                        "floors": {"allreduce_busbw_gbs": [BAD_SIZE]},
+                    }
+                ]
+            },
+            "verify_hardware_floors: allreduce_busbw_gbs sizes ['16GB']: expected a size "
+            "all_reduce_perf takes",
         ),
         (
             {"verify_dcgm_diag_level": "7"},

@@ -490,7 +490,7 @@ def scaled(report: dict, key: str, factor: float) -> dict:
 def test_the_floors_tables_figures_are_the_ones_the_check_reads():
     spec = yaml.safe_load((ROOT / "playbooks/vars/hardware_floors.yml").read_text())
     options = spec["verify_hardware_floors_spec"]["verify_hardware_floors"]["options"]
-    figures = {*health.HARDWARE_FIGURES, health.PAIR_FIGURE}
+    figures = {*health.HARDWARE_FIGURES, health.PAIR_FIGURE, health.ALLREDUCE_FIGURE}
     assert set(options["floors"]["options"]) == figures
     for entry in FLOORS:
         assert set(entry["floors"]) <= figures, entry["model"]
@@ -613,3 +613,86 @@ def test_hardware_floors_judge_each_gpu_pair_by_its_source_gpus_floor():
     pair = report["p2p_gbs"][0]
     assert f"GPU 0 -> GPU 1 copy ({pair['path']}) " in row["message"]
     assert "vs floor 1,000,000.0 (no link reaches)" in row["message"]
+
+
+# --- nccl_tests_allreduce: all_reduce_perf against the floors' allreduce_busbw_gbs --------------
+
+# nccl-tests 2.20.0's report of four A100-SXM4-80GB (the stand-in's fixture; its sources are in
+# tests/standin/tools/standin.py): rows 32 KB to 32 MB, "Avg bus bandwidth : 93.4552".
+ALLREDUCE = (ROOT / "tests/standin/tools/fixtures/all_reduce_perf.txt").read_text()
+
+
+def allreduce_ran(text: str = ALLREDUCE, rc: int = 0, stderr: str = "") -> dict:
+    return {"rc": rc, "stdout": text, "stderr": stderr}
+
+
+def a100_floor(value: float, gpus: int = 4, size: str = "32M") -> list[dict]:
+    """The floors table with one all-reduce floor for four A100 SXM4 80GB at 32 MB."""
+    table = json.loads(json.dumps(FLOORS))
+    (entry,) = [e for e in table if e["model"] == "A100 SXM4 80GB"]
+    floor = {"gpus": gpus, "size": size, "value": value, "kind": "measured", "source": "a test"}
+    entry["floors"]["allreduce_busbw_gbs"] = [floor]
+    return table
+
+
+def test_allreduce_floor_is_the_named_models_at_this_gpu_count():
+    floor = health.allreduce_floor(allreduce_ran(), FLOORS, 8)
+    assert floor["model"] == "A100 SXM4 80GB" and floor["size"] == "16G" and floor["value"] == 228
+    assert "nd96amsr_a100_v4.conf check_nccl_allreduce 228.0 1 16G" in floor["source"]
+    assert health.allreduce_floor(allreduce_ran(), FLOORS, 4) is None  # Azure's are for eight
+    assert health.allreduce_floor(allreduce_ran(rc=127, text=""), FLOORS, 8) is None
+
+
+def test_allreduce_without_a_floor_is_recorded_not_judged():
+    row = health.nccl_allreduce(allreduce_ran(), None, None, 4)
+    assert row["passed"] and row["message"] == ""
+    figures = row["figures"]
+    assert figures["busbw_gbs_at_largest_size"] == 300.51 and figures["largest_size_bytes"] == 2**25
+    assert figures["floor"] is None and figures["wrong_results"] == 0
+    assert figures["floor_note"] == (
+        "no all-reduce floor for 4 x NVIDIA A100-SXM4-80GB in verify_hardware_floors: "
+        "recorded, not judged"
+    )
+
+
+def test_allreduce_at_the_floor_size_passes_above_it_and_fails_below_it_naming_the_source():
+    # The run at the floor's size judged by its "Avg bus bandwidth" (93.4552 in the fixture).
+    passing = health.allreduce_floor(allreduce_ran(), a100_floor(90.0), 4)
+    row = health.nccl_allreduce(allreduce_ran(), allreduce_ran(), passing, 4)
+    assert row["passed"], row["message"]
+    assert row["figures"]["busbw_gbs_at_floor_size"] == 93.4552
+    assert row["figures"]["floor"] == {
+        "value": 90.0, "size": "32M", "gpus": 4, "kind": "measured", "source": "a test"
+    }  # fmt: skip
+    failing = health.allreduce_floor(allreduce_ran(), a100_floor(100.0), 4)
+    row = health.nccl_allreduce(allreduce_ran(), allreduce_ran(), failing, 4)
+    assert not row["passed"]
+    assert (
+        "93.5 GB/s average bus bandwidth at 32M across 4 x A100 SXM4 80GB, below the floor 100.0 "
+        "(measured: a test)" in row["message"]
+    )
+
+
+def test_allreduce_fails_on_wrong_results_and_on_a_run_that_did_not_measure():
+    # The 1 MB row's out-of-place #wrong set to 3.
+    wrong = ALLREDUCE.replace("66.11       0", "66.11       3")
+    assert wrong != ALLREDUCE
+    row = health.nccl_allreduce(allreduce_ran(wrong), None, None, 4)
+    assert not row["passed"] and "1 size(s) with wrong results" in row["message"]
+    missing = allreduce_ran("", 127, "all_reduce_perf: error while loading shared libraries")
+    row = health.nccl_allreduce(missing, None, None, 4)
+    assert not row["passed"]
+    assert (
+        "all_reduce_perf -b 8 -e 256M -g 4 did not measure (rc 127: all_reduce_perf: error"
+        in (row["message"])
+    )
+    floor = health.allreduce_floor(allreduce_ran(), a100_floor(90.0), 4)
+    row = health.nccl_allreduce(allreduce_ran(), missing, floor, 4)
+    assert not row["passed"] and "all_reduce_perf at 32M did not measure (rc 127" in row["message"]
+
+
+def test_the_filter_and_verify_hardware_py_match_a_gpu_to_the_same_floors_entry():
+    names = ["NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe", "NVIDIA H100 NVL", "NVIDIA H200"]
+    names += ["NVIDIA H200 NVL", "NVIDIA A100-SXM4-80GB", "NVIDIA B200", "NVIDIA L4", ""]
+    for name in names:
+        assert health.floor_entry(name, FLOORS) == hardware.floor_entry(name, FLOORS), name
