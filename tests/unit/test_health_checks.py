@@ -696,3 +696,15 @@ def test_the_filter_and_verify_hardware_py_match_a_gpu_to_the_same_floors_entry(
     names += ["NVIDIA H200 NVL", "NVIDIA A100-SXM4-80GB", "NVIDIA B200", "NVIDIA L4", ""]
     for name in names:
         assert health.floor_entry(name, FLOORS) == hardware.floor_entry(name, FLOORS), name
+
+
+def test_allreduce_reads_the_pinned_nccl_tests_real_report_of_one_h200():
+    # nccl-tests 2.19.6 (nccl_tests_version) on one H200 (docs/results/2026-11-27-h200/logs):
+    # one GPU moves nothing between GPUs, so busbw is 0, and no floor is for one GPU.
+    real = (ROOT / "docs/results/2026-11-27-h200/logs/allreduce.log").read_text()
+    assert health.allreduce_floor(allreduce_ran(real), FLOORS, 1) is None
+    assert health.allreduce_floor(allreduce_ran(real), FLOORS, 8)["value"] == 431  # H200's
+    row = health.nccl_allreduce(allreduce_ran(real), None, None, 1)
+    assert row["passed"]
+    assert row["figures"]["model"] == "NVIDIA H200"
+    assert row["figures"]["largest_size_bytes"] == 2**29 and row["figures"]["wrong_results"] == 0
