@@ -49,6 +49,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import time
 from collections.abc import Iterable, Mapping
 
 NVLINK_GPU = re.compile(r"^GPU (\d+): (.*)$")
@@ -844,6 +845,44 @@ def nccl_allreduce(
     )
 
 
+def _label(value) -> str:
+    """A Prometheus label value: backslash, double quote and line feed escaped."""
+    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def textfile(checks: Iterable[Mapping], at: float | None = None) -> str:
+    """verify.yml's verdicts as node-exporter textfile metrics (Prometheus' text format): one
+    gpurig_verify_check_passed per check with its verdict (pass, fail, or inconclusive where the
+    check has one), whether every check passed, how many ran and when."""
+    checks = list(checks)
+    lines = [
+        "# HELP gpurig_verify_check_passed 1 when verify.yml's check passed on this node, else 0.",
+        "# TYPE gpurig_verify_check_passed gauge",
+    ]
+    for row in checks:
+        verdict = row.get("verdict") or (PASS if row["passed"] else FAIL)
+        lines.append(
+            f'gpurig_verify_check_passed{{check="{_label(row["check"])}",'
+            f'verdict="{_label(verdict)}"}} {int(bool(row["passed"]))}'
+        )
+    passed = all(row["passed"] for row in checks)
+    for name, help_text, value in (
+        ("passed", "1 when every check of verify.yml's last run passed, else 0.", int(passed)),
+        ("checks", "How many checks verify.yml's last run recorded.", len(checks)),
+        (
+            "last_run_timestamp_seconds",
+            "When verify.yml's last run judged this node (Unix time).",
+            round(time.time() if at is None else float(at), 3),
+        ),
+    ):
+        lines += [
+            f"# HELP gpurig_verify_{name} {help_text}",
+            f"# TYPE gpurig_verify_{name} gauge",
+            f"gpurig_verify_{name} {value}",
+        ]
+    return "\n".join(lines) + "\n"
+
+
 def not_checked(check: str, reason: str) -> dict:
     """A check that does not apply on this host: passed, with the reason in its figures."""
     return _row(check, True, {"skipped": reason}, "")
@@ -866,4 +905,5 @@ class FilterModule:
             "gpurig_health_burn_in": burn_in,
             "gpurig_health_allreduce_floor": allreduce_floor,
             "gpurig_health_nccl_allreduce": nccl_allreduce,
+            "gpurig_health_textfile": textfile,
         }

@@ -70,11 +70,12 @@ needs_infra=0
 { wants pytest || wants molecule; } && needs_infra=1
 
 # OS packages the tests use: docker, debootstrap and zstd for the images, the stand-in repo
-# builder, the multi-host test hosts and their sshd. Installed first and alone (apt takes one lock)
+# builder, the multi-host test hosts and their sshd, the node-exporter that reads verify.yml's
+# textfile metrics. Installed first and alone (apt takes one lock)
 # so that what follows can run side by side; docker.sh and images.sh install theirs themselves when
 # run on their own.
 infra_packages=(docker.io debootstrap zstd dpkg-dev apt-utils gnupg openssh-server openssh-client
-                iproute2 iptables util-linux)
+                iproute2 iptables util-linux prometheus-node-exporter)
 
 packages() {
   local missing=() p

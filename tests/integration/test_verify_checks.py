@@ -13,8 +13,12 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
+import socket
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -161,6 +165,10 @@ BAD_SIZE = {"gpus": 8, "size": "16GB", "value": 431, "kind": "cloud", "source": 
             "all_reduce_perf takes",
         ),
         (
+            {"verify_textfile_dir": "metrics"},
+            "verify_textfile_dir=metrics: expected an absolute directory on each node",
+        ),
+        (
             {"verify_dcgm_diag_level": "7"},
             "value of verify_dcgm_diag_level must be one of: 1, 2, 3, 4, got: 7",
         ),
@@ -303,3 +311,51 @@ def test_two_roots_give_two_hosts_their_own_readings(tmp_path):
             performance["stdout"] == (health / f"nvidia-smi-q-performance.{state}.txt").read_text()
         )
     assert (healthy["verify_expected_gpus"], faulty["verify_expected_gpus"]) == (4, 8)
+
+
+def test_node_exporter_serves_the_verdicts_as_textfile_metrics(tmp_path):
+    # Debian's prometheus-node-exporter (scripts/test.sh installs it) reads what verify.yml wrote
+    # to verify_textfile_dir, as it reads /var/lib/prometheus/node-exporter on a real node.
+    exporter = shutil.which("prometheus-node-exporter")
+    if not exporter:
+        unavailable("prometheus-node-exporter is not installed (scripts/test.sh installs it)")
+    textfile = tmp_path / "textfile"
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    served = subprocess.Popen(
+        [exporter, "--collector.disable-defaults", "--collector.textfile",
+         f"--collector.textfile.directory={textfile}", f"--web.listen-address=127.0.0.1:{port}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        for faults, passed in ((set(), 1), ({"gpus_present"}, 0)):
+            given = json.dumps({"verify_textfile_dir": str(textfile)})
+            run = tmp_path / f"run{passed}"  # the stand-in root of each run
+            run.mkdir()
+            _, checks = run_verify(run, faults, "--tags", "driver", "-e", given)
+            metrics = scrape(f"http://127.0.0.1:{port}/metrics")
+            assert "node_textfile_scrape_error 0" in metrics, metrics[-2000:]
+            assert f"\ngpurig_verify_passed {passed}\n" in metrics
+            assert f"\ngpurig_verify_checks {len(checks)}\n" in metrics
+            for name, check in checks.items():
+                verdict = "pass" if check["passed"] else "fail"
+                line = f'gpurig_verify_check_passed{{check="{name}",verdict="{verdict}"}}'
+                assert f"\n{line} {int(check['passed'])}\n" in metrics, (line, metrics[-3000:])
+            assert "gpurig_verify_last_run_timestamp_seconds " in metrics
+    finally:
+        served.terminate()
+        served.wait(timeout=30)
+
+
+def scrape(url: str, seconds: float = 30) -> str:
+    """The exporter's /metrics, once it listens."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as answer:
+                return answer.read().decode()
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)

@@ -708,3 +708,20 @@ def test_allreduce_reads_the_pinned_nccl_tests_real_report_of_one_h200():
     assert row["passed"]
     assert row["figures"]["model"] == "NVIDIA H200"
     assert row["figures"]["largest_size_bytes"] == 2**29 and row["figures"]["wrong_results"] == 0
+
+
+def test_textfile_metrics_name_each_check_its_verdict_and_escape_label_values():
+    checks = [
+        {"check": "gpu_count", "passed": True},
+        {"check": "hardware_floors", "passed": False, "verdict": "inconclusive"},
+        {"check": 'a "quoted"\\name', "passed": False},
+    ]
+    text = health.textfile(checks, at=1700000000.5)
+    assert text.endswith("\n")
+    lines = text.splitlines()
+    assert 'gpurig_verify_check_passed{check="gpu_count",verdict="pass"} 1' in lines
+    assert 'gpurig_verify_check_passed{check="hardware_floors",verdict="inconclusive"} 0' in lines
+    assert 'gpurig_verify_check_passed{check="a \\"quoted\\"\\\\name",verdict="fail"} 0' in lines
+    assert "gpurig_verify_passed 0" in lines and "gpurig_verify_checks 3" in lines
+    assert "gpurig_verify_last_run_timestamp_seconds 1700000000.5" in lines
+    assert "gpurig_verify_passed 1" in health.textfile(checks[:1], at=1).splitlines()
