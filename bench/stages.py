@@ -9,7 +9,9 @@ bench.scaling (the command line) imports this module only once the request has b
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import itertools
 import signal
 import socket
 import sys
@@ -99,13 +101,10 @@ def connect(cluster: ClusterConfig | None) -> ClusterLauncher | None:
 
 
 def fresh_sweep(request: Request, env: Environment) -> Sweep:
-    """A new sweep directory under --out, named by time and host (not created until it runs)."""
+    """A new sweep under --out, named by time and host; its directory is claimed (claim) once the
+    sweep is admitted."""
     config = resolve(request, env)
-    base = f"{datetime.now():%Y%m%d-%H%M%S}-{socket.gethostname()}"
-    sweep_id, suffix = base, 1
-    while (Path(config.out_root) / sweep_id).exists():  # two sweeps in one second
-        suffix += 1
-        sweep_id = f"{base}-{suffix}"
+    sweep_id = f"{datetime.now():%Y%m%d-%H%M%S}-{socket.gethostname()}"
     store = ResultStore(Path(config.out_root) / sweep_id)
     meta = {
         "sweep_id": sweep_id,
@@ -113,6 +112,19 @@ def fresh_sweep(request: Request, env: Environment) -> Sweep:
         "defaults_chosen": chosen_defaults(request, env),  # why, for the report
     }
     return Sweep(config, store, meta)
+
+
+def claim(sweep: Sweep) -> None:
+    """Create the fresh sweep's directory: mkdir either creates it or fails, so two sweeps started
+    in the same second get two (the second named with -2)."""
+    base = sweep.meta["sweep_id"]
+    for suffix in itertools.count(1):
+        sweep_id = base if suffix == 1 else f"{base}-{suffix}"
+        with contextlib.suppress(FileExistsError):
+            (Path(sweep.config.out_root) / sweep_id).mkdir(parents=True)
+            break
+    sweep.meta["sweep_id"] = sweep_id
+    sweep.store = ResultStore(Path(sweep.config.out_root) / sweep_id)
 
 
 def node_problems(sweep: Sweep, nodes: ClusterLauncher | None) -> list[str]:
@@ -184,6 +196,8 @@ def _prepare(request: Request, env: Environment, saved: Saved | None) -> Sweep:
             errors.append(str(exc).removeprefix("  - "))
     refuse(errors)
     sweep.launcher = choose_launcher(sweep, nodes)
+    if sweep.lock is None:  # a fresh sweep: its directory, once it is admitted
+        claim(sweep)
     plan_runs_and_probes(sweep, env)
     return sweep
 
@@ -320,8 +334,8 @@ def execute_sweep(sweep: Sweep, progress: bool = True, launcher: Launcher | None
     if resumed:
         store.drop_retried()
     else:
+        sweep.lock = acquire(store.directory)  # before sweep.json: the directory is ours
         store.create(sweep.meta)
-        sweep.lock = acquire(store.directory)
     done_runs, done_probes = store.runs.finished_ids(), store.probes.finished_ids()
     runs = [s for s in sweep.runs if any(r.run_id not in done_runs for r, _ in rows.row_specs(s))]
     probes = [p for p in sweep.probes if p.probe_id not in done_probes]

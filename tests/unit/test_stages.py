@@ -4,6 +4,7 @@ resume. (The integration tests launch the real thing.)"""
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
 from pathlib import Path
 
@@ -53,6 +54,31 @@ def machine(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
     monkeypatch.setattr(stages.models, "available_models", lambda: MODELS)
     monkeypatch.setattr(stages, "collect_system_info", lambda env: {"host": "vm"})
     return cpu_machine(horovod=HorovodStatus(False, reason="horovodrun not found"))
+
+
+def test_two_sweeps_started_in_one_second_get_a_directory_each(
+    tmp_path: Path, machine, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    class Frozen(datetime.datetime):  # both sweeps start in the same second
+        @classmethod
+        def now(cls, tz=None):  # type: ignore[no-untyped-def]
+            return cls(2026, 11, 28, 2, 30, 0)
+
+    monkeypatch.setattr(stages, "datetime", Frozen)
+    first = prepare(["--out", str(tmp_path)], machine)
+    second = prepare(["--out", str(tmp_path)], machine)
+    name = first.meta["sweep_id"]
+    assert name.startswith("20261128-023000-") and second.meta["sweep_id"] == f"{name}-2"
+    assert {p.name for p in tmp_path.iterdir()} == {name, f"{name}-2"}
+    assert {r.sweep_id for r in second.runs} == {f"{name}-2"}  # planned under its own name
+    launcher = FakeLauncher()
+    for sweep in (second, first):  # each holds its own lock and writes its own rows
+        assert stages.execute_sweep(sweep, progress=False, launcher=launcher) == "complete"
+        assert sweep.store.runs.rows()
+    # A refused sweep claims nothing.
+    with pytest.raises(ConfigError):
+        prepare(["--out", str(tmp_path), "--launchers", "horovod"], machine)
+    assert len(list(tmp_path.iterdir())) == 2
 
 
 def test_sweep_stores_every_run_and_reports(tmp_path: Path, machine) -> None:  # type: ignore[no-untyped-def]
