@@ -359,7 +359,12 @@ def recover(directory: Path, describe: Callable[[Path], str] = lambda p: p.name)
         metas.append(meta)
         sources = views
         if not truth.problem:
-            sources = [(describe(truth.path), from_records(document[name], cls)), *views]
+            skipped: list[str] = []
+            rows = from_records(document.get(name) or [], cls, skipped)
+            if skipped:  # the file is kept as it was; the rows views still hold come back
+                said = recovered.problems.get(truth.path, "damaged (").removesuffix(")")
+                recovered.problems[truth.path] = f"{said}{name}: {'; '.join(skipped)})"
+            sources = [(describe(truth.path), rows), *views]
         recovered.rows[name], notes = merge_rows(sources, key)
         recovered.notes += notes
     if truth.problem:

@@ -199,10 +199,30 @@ def _cell(value: Any, kind: type) -> Any:
     return kind(value)
 
 
-def from_records(records: Iterable[Mapping[str, Any]], cls: type[Row]) -> list[Row]:
-    """Rows from dicts by column name (sweep.json's records, a frame's rows)."""
-    kinds = column_types(cls)
-    return [cls(**{n: _cell(r.get(n), kind) for n, kind in kinds.items()}) for r in records]
+def from_records(
+    records: Iterable[Mapping[str, Any]], cls: type[Row], skipped: list[str] | None = None
+) -> list[Row]:
+    """Rows from dicts by column name (sweep.json's records, a frame's rows). A record that is no
+    object, or has a cell of the wrong kind, raises ValueError; given `skipped`, it is left out
+    and described there instead."""
+    kinds, rows = column_types(cls), []
+    for number, record in enumerate(records, 1):
+        try:
+            if not isinstance(record, Mapping):
+                raise ValueError(f"not an object: {str(record)[:60]!r}")
+            cells = {}
+            for name, kind in kinds.items():
+                try:
+                    cells[name] = _cell(record.get(name), kind)
+                except (TypeError, ValueError):
+                    said = f"{name} {record.get(name)!r} is not {kind.__name__}"
+                    raise ValueError(said) from None
+            rows.append(cls(**cells))
+        except ValueError as error:
+            if skipped is None:
+                raise
+            skipped.append(f"row {number} left out: {error}")
+    return rows
 
 
 def to_table(rows: list[Row], cls: type[Row]) -> pa.Table:

@@ -92,6 +92,36 @@ def test_a_finished_row_only_a_view_holds_is_kept(tmp_path: Path) -> None:
     assert sorted(r.run_id for r in store.runs.rows()) == sorted(r.run_id for r in rows)
 
 
+@pytest.mark.parametrize(
+    ("damage", "said"),
+    [
+        ({"throughput": "fast"}, "row 1 left out: throughput 'fast' is not float"),
+        ("garbage", "row 1 left out: not an object: 'garbage'"),
+    ],
+)
+def test_a_malformed_row_in_sweep_json_is_left_out_and_named_and_the_views_bring_it_back(
+    tmp_path: Path, damage: object, said: str
+) -> None:
+    rows = sweep_with_rows(tmp_path)
+    document = json.loads((tmp_path / "sweep.json").read_text())
+    if isinstance(damage, dict):
+        document["runs"][0].update(damage)
+    else:
+        document["runs"][0] = damage
+    (tmp_path / "sweep.json").write_text(json.dumps(document))
+    store, notes = reopened(tmp_path)
+    assert notes[0] == (
+        f"sweep.json was damaged (runs: {said}), kept as sweep.json.damaged; rebuilt from what "
+        "survives"
+    )
+    assert notes[1:] == [
+        f"runs.parquet held 1 finished row(s) the others lack ({rows[0].run_id}): kept"
+    ]
+    assert sorted(r.run_id for r in store.runs.rows()) == sorted(r.run_id for r in rows)
+    assert json.loads((tmp_path / "sweep.json.damaged").read_text()) == document  # kept as found
+    assert reopened(tmp_path)[1] == []  # sound again
+
+
 def test_a_finished_row_is_not_replaced_without_the_flag(tmp_path: Path) -> None:
     sweep_with_rows(tmp_path)
     store = ResultStore(tmp_path)
