@@ -25,6 +25,8 @@ EXIT_CODES = """exit status:
        or the per-gpu check flagged a GPU (--slow-gpu-threshold)
   2    invalid request, or the --resume sweep is run by another controller or
        beyond repair: nothing was launched
+  3    the sweep's files could not be written (a full disk): the runs stored
+       before are kept; free space, then --resume DIR
   130  interrupted (Ctrl-C or SIGTERM); continue with --resume DIR"""
 
 

@@ -28,11 +28,12 @@ Layout of a sweep directory:
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -66,21 +67,31 @@ PROFILE_SUFFIX = ".profile.json"
 DAMAGED_SUFFIX = ".damaged"
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
+@contextlib.contextmanager
+def _replacing(path: Path) -> Iterator[Path]:
+    """A temporary file beside `path` that replaces it once written; removed, and `path` left
+    as it was, when writing fails (a full disk)."""
     tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as f:
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    with _replacing(path) as tmp, open(tmp, "wb") as f:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def _atomic_write_parquet(path: Path, rows: list[Row], cls: type[Row], meta: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
     table = to_table(rows, cls)
     metadata = {**(table.schema.metadata or {}), META_KEY: meta}
-    pq.write_table(table.replace_schema_metadata(metadata), tmp)
-    os.replace(tmp, path)
+    with _replacing(path) as tmp:
+        pq.write_table(table.replace_schema_metadata(metadata), tmp)
 
 
 def write_views(

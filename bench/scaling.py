@@ -57,6 +57,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     state = stages.execute_sweep(sweep, progress=request.progress)
     if state == "interrupted":
         return 130
+    if state == "unsaved":
+        return 3
     flagged = any(v.flagged for v in stages.print_table(sweep))
     return 0 if stages.all_runs_ok(sweep) and not flagged else 1
 

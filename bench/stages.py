@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import itertools
 import signal
 import socket
@@ -323,18 +324,39 @@ def run_all(
         progress.done(spec.run_id, ", ".join(outcomes))
 
 
+FULL = (errno.ENOSPC, errno.EDQUOT)  # the write errors a sweep survives: its files are kept
+
+
 def execute_sweep(sweep: Sweep, progress: bool = True, launcher: Launcher | None = None) -> str:
-    """Run every pending probe and run; returns the final state ("complete" or "interrupted").
+    """Run every pending probe and run; returns the final state: "complete", "interrupted", or
+    "unsaved" when a file could not be written (a full disk; what was stored stays).
 
     launcher: instead of the sweep's own (tests).
     """
-    store = sweep.store
-    launcher = launcher or sweep.launcher
     resumed = sweep.lock is not None
+    if not resumed:
+        sweep.lock = acquire(sweep.store.directory)  # before sweep.json: the directory is ours
+    try:
+        return _execute(sweep, launcher or sweep.launcher, resumed, progress)
+    except OSError as exc:
+        if exc.errno not in FULL:
+            raise
+        print(
+            f"bench: could not write {exc.filename or sweep.store.directory} "
+            f"({exc.strerror or exc}). The runs stored before are kept in "
+            f"{sweep.store.directory}: free space, then --resume {sweep.store.directory}",
+            file=sys.stderr,
+        )
+        return "unsaved"
+    finally:
+        sweep.lock.release()
+
+
+def _execute(sweep: Sweep, launcher: Launcher, resumed: bool, progress: bool) -> str:
+    store = sweep.store
     if resumed:
         store.drop_retried()
     else:
-        sweep.lock = acquire(store.directory)  # before sweep.json: the directory is ours
         store.create(sweep.meta)
     done_runs, done_probes = store.runs.finished_ids(), store.probes.finished_ids()
     runs = [s for s in sweep.runs if any(r.run_id not in done_runs for r, _ in rows.row_specs(s))]
@@ -357,10 +379,8 @@ def execute_sweep(sweep: Sweep, progress: bool = True, launcher: Launcher | None
     finally:
         clock.bar.close()
         signal.signal(signal.SIGTERM, previous_handler)
-        clock.save(state)
-        print(f"bench: report {report.write_report(store.directory)}", file=sys.stderr)
-        if sweep.lock is not None:
-            sweep.lock.release()
+    clock.save(state)
+    print(f"bench: report {report.write_report(store.directory)}", file=sys.stderr)
     return state
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import errno
 import json
 from pathlib import Path
 
@@ -119,6 +120,39 @@ def test_interrupt_then_resume(tmp_path: Path, machine) -> None:  # type: ignore
     second = FakeLauncher()
     assert stages.execute_sweep(resumed, progress=False, launcher=second) == "complete"
     assert second.launched == ["ddp-n1-fp32-nchw-r1", "ddp-n1-fp32-nchw-r2"]
+    assert [r.status for r in resumed.store.runs.rows()] == ["ok"] * 3
+
+
+def test_a_full_disk_keeps_the_stored_runs_leaves_no_lock_or_temporary_file_and_resume_goes_on(
+    tmp_path: Path, machine, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:  # type: ignore[no-untyped-def]
+    from bench import results
+
+    argv = ["--out", str(tmp_path), "--launchers", "ddp", "--gpus", "1", "--repeats", "3"]
+    sweep = prepare(argv, machine)
+    directory = sweep.store.directory
+    real_fsync = results.os.fsync
+
+    def fsync_until_full(fd: int) -> None:  # the disk fills once the first run is stored
+        views = directory / "runs.csv"
+        if views.exists() and "ddp-n1-fp32-nchw-r0" in views.read_text(errors="replace"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_fsync(fd)
+
+    monkeypatch.setattr(results.os, "fsync", fsync_until_full)
+    assert stages.execute_sweep(sweep, progress=False, launcher=FakeLauncher()) == "unsaved"
+    said = " ".join(capsys.readouterr().err.split())
+    assert "(No space left on device). The runs stored before are kept in" in said
+    assert f"free space, then --resume {directory}" in said
+    left = sorted(p.name for p in directory.iterdir())
+    assert "controller.lock" not in left and not [n for n in left if n.endswith(".tmp")], left
+    monkeypatch.setattr(results.os, "fsync", real_fsync)  # space again
+    stored = {r.run_id for r in results.ResultStore(directory).runs.rows()}
+    assert stored and stored < {f"ddp-n1-fp32-nchw-r{i}" for i in range(3)}
+    resumed = prepare(["--resume", str(directory)], machine)
+    again = FakeLauncher()
+    assert stages.execute_sweep(resumed, progress=False, launcher=again) == "complete"
+    assert not set(again.launched) & stored  # nothing stored is measured again
     assert [r.status for r in resumed.store.runs.rows()] == ["ok"] * 3
 
 
