@@ -252,15 +252,29 @@ class Progress:
             self.bar.write(f"bench: {label}: {outcome}", file=sys.stderr)
 
 
+LOG_KINDS = (".log", ".nodes")  # a launch's output, and its nodes' (a multi-node launch)
+
+
+def keep_earlier(logs: Path, name: str) -> None:
+    """An earlier attempt's output (a run measured again on --resume) is never overwritten: it
+    moves to <name>.<k>.log (and .nodes), k the first number free."""
+    if not any((logs / f"{name}{kind}").exists() for kind in LOG_KINDS):
+        return
+    k = next(k for k in itertools.count(1) if not any(logs.glob(f"{name}.{k}.*")))
+    for kind in LOG_KINDS:
+        if (logs / f"{name}{kind}").exists():
+            (logs / f"{name}{kind}").rename(logs / f"{name}.{k}{kind}")
+
+
 def launch_one(sweep: Sweep, spec: RunSpec | ProbeSpec, launcher: Launcher) -> ExecResult:
     """One probe or run on the launcher, its output in logs/<id>.log (and a --profile trace
-    beside it)."""
+    beside it); an earlier attempt's log is kept (keep_earlier)."""
     logs = sweep.store.logs
-    if isinstance(spec, ProbeSpec):
-        return launcher.run(spec, sweep.config.timeout_s, logs / f"{spec.probe_id}.log")
-    if spec.trace_path:
+    name = spec.probe_id if isinstance(spec, ProbeSpec) else spec.run_id
+    keep_earlier(logs, name)
+    if isinstance(spec, RunSpec) and spec.trace_path:
         spec = dataclasses.replace(spec, trace_path=str((logs / spec.trace_path).resolve()))
-    return launcher.run(spec, sweep.config.timeout_s, logs / f"{spec.run_id}.log")
+    return launcher.run(spec, sweep.config.timeout_s, logs / f"{name}.log")
 
 
 def beside_nccl_tests(

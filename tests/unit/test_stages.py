@@ -116,11 +116,20 @@ def test_interrupt_then_resume(tmp_path: Path, machine) -> None:  # type: ignore
     assert json.loads((directory / "sweep.json").read_text())["state"] == "interrupted"
     assert (directory / "report.md").exists()
 
+    # The interrupted run's output, as its launch left it: kept when it is measured again.
+    (directory / "logs" / "ddp-n1-fp32-nchw-r1.log").write_text("the first attempt\n")
+    (directory / "logs" / "ddp-n1-fp32-nchw-r1.nodes").mkdir()
     resumed = prepare(["--resume", str(directory)], machine)
     second = FakeLauncher()
     assert stages.execute_sweep(resumed, progress=False, launcher=second) == "complete"
     assert second.launched == ["ddp-n1-fp32-nchw-r1", "ddp-n1-fp32-nchw-r2"]
     assert [r.status for r in resumed.store.runs.rows()] == ["ok"] * 3
+    kept = directory / "logs" / "ddp-n1-fp32-nchw-r1.1.log"
+    assert kept.read_text() == "the first attempt\n"
+    assert (directory / "logs" / "ddp-n1-fp32-nchw-r1.1.nodes").is_dir()
+    (directory / "logs" / "ddp-n1-fp32-nchw-r1.log").write_text("the second\n")
+    stages.keep_earlier(directory / "logs", "ddp-n1-fp32-nchw-r1")
+    assert (directory / "logs" / "ddp-n1-fp32-nchw-r1.2.log").read_text() == "the second\n"
 
 
 def test_a_full_disk_keeps_the_stored_runs_leaves_no_lock_or_temporary_file_and_resume_goes_on(
