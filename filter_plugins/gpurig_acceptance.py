@@ -127,6 +127,7 @@ def node_verdict(
         "gpus": gpus,
         "metrics": {
             **{k: v["value"] for k, v in hardware_means(summary).items()},
+            **allreduce_inside(summary),
             **{
                 f"GPU {g['gpu_index']} img/s": g["throughput"]
                 for g in gpus
@@ -134,6 +135,19 @@ def node_verdict(
             },
         },
     }
+
+
+def allreduce_inside(summary: Mapping | None) -> dict[str, float]:
+    """The node's all-reduce bus bandwidth across its GPUs (check nccl_tests_allreduce: at its
+    floor's size where it has one, else at the largest size), for the history; none with one GPU."""
+    for check in (summary or {}).get("checks", []):
+        figures = check.get("figures") or {}
+        if check.get("check") == "nccl_tests_allreduce" and int(figures.get("gpus") or 0) >= 2:
+            value = figures.get("busbw_gbs_at_floor_size") or figures.get(
+                "busbw_gbs_at_largest_size"
+            )
+            return {"all-reduce inside the node GB/s": float(value)} if value else {}
+    return {}
 
 
 def hardware_means(summary: Mapping | None) -> dict[str, dict]:

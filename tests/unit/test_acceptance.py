@@ -338,3 +338,16 @@ def test_the_history_shows_what_moved_since_each_nodes_last_accepted_run():
     text = acceptance.acceptance_fleet(nodes, history=later)
     assert "| n1 | run1 | GPU 0 gemm_bf16_tflops | 755.0 | 694.6 | -8.0 % |" in text
     assert json.loads(later["append"][1])["metrics"]["GPU 0 img/s"] == 3000.0
+
+
+def test_the_history_keeps_the_all_reduce_inside_each_node():
+    report = with_hardware("n0", 760.0)
+    figures = {"gpus": 8, "busbw_gbs_at_largest_size": 300.5, "busbw_gbs_at_floor_size": 471.2}
+    report["checks"].append({"check": "nccl_tests_allreduce", "passed": True, "figures": figures})
+    one_gpu = with_hardware("n1", 760.0)
+    figures = {"gpus": 1, "busbw_gbs_at_largest_size": 0.0}
+    one_gpu["checks"].append({"check": "nccl_tests_allreduce", "passed": True, "figures": figures})
+    inputs = [host("n0", report, "n0"), host("n1", one_gpu, "n1")]
+    nodes = acceptance.acceptance_nodes(inputs, table(gpu("n0", 0, 3000.0), gpu("n1", 0, 3000.0)))
+    assert nodes[0]["metrics"]["all-reduce inside the node GB/s"] == 471.2  # at the floor's size
+    assert "all-reduce inside the node GB/s" not in nodes[1]["metrics"]  # one GPU moves nothing

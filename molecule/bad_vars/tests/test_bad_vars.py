@@ -225,6 +225,11 @@ CASES: dict[str, tuple[dict, str, str]] = {
         f"publishes wheels for Python {COMPAT['tensorflow']['min_python']} to "
         f"{COMPAT['tensorflow']['max_python']} only",
     ),
+    "TensorFlow that brings Keras 2": (
+        {"python_env_install_tensorflow": True, "python_env_tensorflow_version": "2.15.1"},
+        "python_env_tensorflow_version",
+        '"2.15.1" installs Keras 2',
+    ),
     "TensorFlow package with a version": (
         {
             "python_env_install_tensorflow": True,
