@@ -165,6 +165,11 @@ BAD_SIZE = {"gpus": 8, "size": "16GB", "value": 431, "kind": "cloud", "source": 
             "all_reduce_perf takes",
         ),
         (
+            {"verify_nccl_tests_min_busbw_gbs": 100},
+            "verify_nccl_tests_min_busbw_gbs=100 is no longer read: the all-reduce inside a node is"
+            " held to verify_hardware_floors' allreduce_busbw_gbs",
+        ),
+        (
             {"verify_textfile_dir": "metrics"},
             "verify_textfile_dir=metrics: expected an absolute directory on each node",
         ),
