@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-
 import pytest
-from integration_support import NETNS, PORT, SUBNET, require_netns_hosts, unavailable
+from integration_support import netns, require_netns_hosts, unavailable
 
 from bench.machine import horovod_status, tensorflow_env
 
@@ -32,18 +29,10 @@ def hosts(tmp_path_factory: pytest.TempPathFactory):
     """Three namespace hosts with sshd; yields the state directory (keys, ssh_config)."""
     require_netns_hosts("network namespaces and sshd")
     state = tmp_path_factory.mktemp("netns") / "state"
-    env = {
-        **os.environ,
-        "GSB_NETNS_STATE": str(state),
-        "GSB_NETNS_SUBNET": SUBNET,
-        "GSB_NETNS_SSH_PORT": str(PORT),
-    }
-    subprocess.run([str(NETNS), "down"], env=env, check=True, capture_output=True, timeout=120)
-    up = subprocess.run(
-        [str(NETNS), "up", "3"], env=env, capture_output=True, text=True, timeout=120
-    )
+    netns("down", state)
+    up = netns("up", state, "3")
     try:
         assert up.returncode == 0, up.stderr
         yield state
     finally:
-        subprocess.run([str(NETNS), "down"], env=env, capture_output=True, timeout=120)
+        netns("down", state)

@@ -41,6 +41,20 @@ HOST1, HOST2, HOST3 = f"{SUBNET}.11", f"{SUBNET}.12", f"{SUBNET}.13"
 NETNS_TOOLS = ("ip", "nsenter", "unshare", "ssh", "ssh-keygen", "/usr/sbin/sshd")
 
 
+def netns(command: str, state: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """tests/infra/netns.sh COMMAND for the hosts whose state directory is `state` (`up 3` again
+    restarts an sshd a test stopped, and changes nothing else)."""
+    env = {
+        **os.environ,
+        "GSB_NETNS_STATE": str(state),
+        "GSB_NETNS_SUBNET": SUBNET,
+        "GSB_NETNS_SSH_PORT": str(PORT),
+    }
+    return subprocess.run(
+        [str(NETNS), command, *args], env=env, capture_output=True, text=True, timeout=120
+    )
+
+
 def unavailable(reason: str) -> None:
     """Skip, or fail where GPURIG_REQUIRE_ALL_TESTS=1 (CI) so nothing passes by skipping."""
     if os.environ.get("GPURIG_REQUIRE_ALL_TESTS") == "1":
