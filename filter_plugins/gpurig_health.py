@@ -69,6 +69,8 @@ ECC_VOLATILE = "ecc.errors.uncorrected.volatile.total"  # since the driver loade
 ECC_AGGREGATE = "ecc.errors.uncorrected.aggregate.total"  # over the GPU's lifetime
 PCIE_GEN = ("pcie.link.gen.current", "pcie.link.gen.max")
 PCIE_WIDTH = ("pcie.link.width.current", "pcie.link.width.max")
+# The --query-gpu columns the ecc_uncorrectable and pcie_link checks read, in this order.
+GPU_FIELDS = ("index", "pci.bus_id", ECC_VOLATILE, ECC_AGGREGATE, *PCIE_GEN, *PCIE_WIDTH)
 NCCL_DEVICE = re.compile(r"^#\s+Rank\s+\d+\s.*?\bdevice\s+\d+\s+\[[^\]]*\]\s+(.+?)\s*$", re.M)
 NCCL_ROW = re.compile(r"^\s*\d+\s+\d+(?:\s+\S+){3}(?:\s+\S+){8}\s*$", re.M)
 NCCL_AVG = re.compile(r"Avg bus bandwidth\s*:\s*([0-9.]+)")
@@ -114,6 +116,25 @@ def gpu_count(pci_gpus, expected) -> dict:
         f"{found} NVIDIA GPU(s) on the PCI bus, verify_expected_gpus is {wanted}: a GPU that fell "
         "off the bus or is not seated shows here; reseat or replace it, or correct the count.",
     )
+
+
+def commands(nvidia_smi="nvidia-smi", journalctl="journalctl", dcgmi="dcgmi") -> dict:
+    """The command behind each reading of the checks above, written once: verify.yml
+    (tasks/verify_health.yml) and the Slurm health check (playbooks/files/gpurig_healthcheck.py)
+    both run these. `journalctl -k -b`: the kernel's messages of the current boot
+    (gist.github.com/2arunpmohan/9cc8932a1ff009e29b5b4e6e45791468, checked 2026-11-25)."""
+    return {
+        "kernel_log": [journalctl, "-k", "-b"],
+        "nvlink": [nvidia_smi, "nvlink", "-s"],
+        "performance": [nvidia_smi, "-q", "-d", "PERFORMANCE"],
+        "gpu_query": [
+            nvidia_smi,
+            f"--query-gpu={','.join(GPU_FIELDS)}",
+            "--format=csv,noheader,nounits",
+        ],
+        "dcgm_watches": [dcgmi, "health", "-s", "a"],
+        "dcgm_health": [dcgmi, "health", "-c", "-j"],
+    }
 
 
 def nvlink_links(result: Mapping, max_inactive=0) -> dict:
@@ -329,11 +350,11 @@ def _csv_gpu_name(row: dict) -> str:
     return f"GPU {row.get('index')} ({row.get('pci.bus_id')})"
 
 
-def ecc_uncorrectable(result: Mapping, fields: Iterable, max_uncorrected=0) -> dict:
+def ecc_uncorrectable(result: Mapping, max_uncorrected=0) -> dict:
     """Uncorrectable ECC errors since the driver loaded, per GPU, at most max_uncorrected."""
     ran, said = _ran(result)
     per_gpu, failing, unread = [], [], []
-    for row in gpu_csv(str(result.get("stdout") or ""), fields):
+    for row in gpu_csv(str(result.get("stdout") or ""), GPU_FIELDS):
         volatile, aggregate = _number(row.get(ECC_VOLATILE)), _number(row.get(ECC_AGGREGATE))
         per_gpu.append(
             {
@@ -368,13 +389,11 @@ def ecc_uncorrectable(result: Mapping, fields: Iterable, max_uncorrected=0) -> d
     return _row("ecc_uncorrectable", passed, figures, message)
 
 
-def pcie_link(
-    result: Mapping, fields: Iterable, gen_below_max=0, width_below_max=0, load_seconds=0
-) -> dict:
+def pcie_link(result: Mapping, gen_below_max=0, width_below_max=0, load_seconds=0) -> dict:
     """Each GPU's PCIe link, read while it is busy, at its maximum generation and width."""
     ran, said = _ran(result)
     per_gpu, failing, unread = [], [], []
-    for row in gpu_csv(str(result.get("stdout") or ""), fields):
+    for row in gpu_csv(str(result.get("stdout") or ""), GPU_FIELDS):
         gen, gen_max = (_number(row.get(name)) for name in PCIE_GEN)
         width, width_max = (_number(row.get(name)) for name in PCIE_WIDTH)
         per_gpu.append(
@@ -906,4 +925,5 @@ class FilterModule:
             "gpurig_health_allreduce_floor": allreduce_floor,
             "gpurig_health_nccl_allreduce": nccl_allreduce,
             "gpurig_health_textfile": textfile,
+            "gpurig_health_commands": commands,
         }

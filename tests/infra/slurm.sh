@@ -16,7 +16,8 @@
 # Settings (environment): GSB_SLURM_STATE (default /tmp/gpurig-slurm), GSB_SLURM_PORT (first
 # of two ports, default 6917), GSB_SLURM_MUNGE_DIR (munge socket, default
 # /run/gpurig-slurm-<port>), GSB_NETNS_STATE (as for netns.sh), GSB_SLURM_WAIT_S (how long to
-# wait for nodes to become idle, default 60).
+# wait for nodes to become idle, default 60), GSB_SLURM_CONF_EXTRA (lines added to slurm.conf, e.g.
+# HealthCheckProgram=... for the health check's test).
 set -euo pipefail
 
 STATE="${GSB_SLURM_STATE:-/tmp/gpurig-slurm}"
@@ -127,6 +128,7 @@ SlurmctldLogFile=$STATE/log/slurmctld.log
 SlurmdLogFile=$STATE/log/slurmd-%n.log
 SlurmctldDebug=info
 SlurmdDebug=info
+${GSB_SLURM_CONF_EXTRA:-}
 $(printf '%s\n' "${nodes[@]}")
 PartitionName=test Nodes=${names[*]} Default=YES MaxTime=60 State=UP
 EOF

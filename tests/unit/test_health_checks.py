@@ -201,29 +201,22 @@ def test_throttling_fails_when_no_reason_is_shown():
     assert "No clock reasons shown" in row["message"]
 
 
-# tasks/verify_health.yml's verify_health_gpu_fields: the columns of the --query-gpu CSV fixtures.
-GPU_FIELDS = [
-    "index",
-    "pci.bus_id",
-    "ecc.errors.uncorrected.volatile.total",
-    "ecc.errors.uncorrected.aggregate.total",
-    "pcie.link.gen.current",
-    "pcie.link.gen.max",
-    "pcie.link.width.current",
-    "pcie.link.width.max",
-]
-
-
-def test_the_query_fields_are_those_verify_health_yml_asks_for():
-    tasks = yaml.safe_load((ROOT / "playbooks/tasks/verify_health.yml").read_text())
-    (named,) = [
-        t for t in tasks if "verify_health_gpu_fields" in t.get("ansible.builtin.set_fact", {})
-    ]
-    assert named["ansible.builtin.set_fact"]["verify_health_gpu_fields"] == GPU_FIELDS
+def test_the_query_fields_are_the_columns_of_the_fixtures():
+    # The fixtures' CSV is a real layout (tests/fixtures/health/SOURCES.md) in this column order.
+    assert health.GPU_FIELDS == (
+        "index",
+        "pci.bus_id",
+        "ecc.errors.uncorrected.volatile.total",
+        "ecc.errors.uncorrected.aggregate.total",
+        "pcie.link.gen.current",
+        "pcie.link.gen.max",
+        "pcie.link.width.current",
+        "pcie.link.width.max",
+    )
 
 
 def test_ecc_without_uncorrectable_errors_passes():
-    row = health.ecc_uncorrectable(ran("nvidia-smi-query-gpu-health.healthy.txt"), GPU_FIELDS, 0)
+    row = health.ecc_uncorrectable(ran("nvidia-smi-query-gpu-health.healthy.txt"), 0)
     assert row["passed"], row
     assert [(g["gpu"], g["volatile"], g["aggregate"]) for g in row["figures"]["gpus"]] == [
         (str(i), 0, 0) for i in range(4)
@@ -231,7 +224,7 @@ def test_ecc_without_uncorrectable_errors_passes():
 
 
 def test_ecc_uncorrectable_errors_fail_and_name_the_gpu():
-    row = health.ecc_uncorrectable(ran("nvidia-smi-query-gpu-health.ecc.txt"), GPU_FIELDS, 0)
+    row = health.ecc_uncorrectable(ran("nvidia-smi-query-gpu-health.ecc.txt"), 0)
     assert not row["passed"]
     assert row["figures"]["failing"] == [
         "GPU 2 (00000000:47:00.0): 2 since the driver loaded, 3 over its lifetime"
@@ -240,21 +233,19 @@ def test_ecc_uncorrectable_errors_fail_and_name_the_gpu():
 
 
 def test_ecc_threshold_tolerates_that_many_errors():
-    assert health.ecc_uncorrectable(ran("nvidia-smi-query-gpu-health.ecc.txt"), GPU_FIELDS, 2)[
-        "passed"
-    ]
+    assert health.ecc_uncorrectable(ran("nvidia-smi-query-gpu-health.ecc.txt"), 2)["passed"]
 
 
 def test_ecc_not_shown_fails():
     # A GPU without ECC shows "[N/A]" in the CSV (Azure/azhpc-diagnostics' tests skip on it).
     text = "0, 00000000:07:00.0, [N/A], [N/A], 4, 4, 16, 16\n"
-    row = health.ecc_uncorrectable({"rc": 0, "stdout": text, "stderr": ""}, GPU_FIELDS)
+    row = health.ecc_uncorrectable({"rc": 0, "stdout": text, "stderr": ""})
     assert not row["passed"]
     assert "GPU 0 (00000000:07:00.0): [N/A]" in row["message"]
 
 
 def test_pcie_link_at_its_maximum_passes():
-    row = health.pcie_link(ran("nvidia-smi-query-gpu-health.healthy.txt"), GPU_FIELDS, 0, 0, 10)
+    row = health.pcie_link(ran("nvidia-smi-query-gpu-health.healthy.txt"), 0, 0, 10)
     assert row["passed"], row
     assert row["figures"]["gpus"][0] == {
         "gpu": "0",
@@ -267,23 +258,23 @@ def test_pcie_link_at_its_maximum_passes():
 
 
 def test_pcie_link_narrower_than_its_maximum_fails():
-    row = health.pcie_link(ran("nvidia-smi-query-gpu-health.pcie.txt"), GPU_FIELDS)
+    row = health.pcie_link(ran("nvidia-smi-query-gpu-health.pcie.txt"))
     assert not row["passed"]
     assert row["figures"]["failing"] == ["GPU 1 (00000000:0F:00.0): Gen 4 of 4, x8 of x16"]
     assert "verify_pcie_width_below_max = 0" in row["message"]
 
 
 def test_pcie_link_thresholds_tolerate_that_many_lanes_or_generations():
-    assert health.pcie_link(ran("nvidia-smi-query-gpu-health.pcie.txt"), GPU_FIELDS, 0, 8)["passed"]
+    assert health.pcie_link(ran("nvidia-smi-query-gpu-health.pcie.txt"), 0, 8)["passed"]
     slower = "0, 00000000:07:00.0, 0, 0, 3, 4, 16, 16\n"
     result = {"rc": 0, "stdout": slower, "stderr": ""}
-    assert not health.pcie_link(result, GPU_FIELDS, 0, 8)["passed"]
-    assert health.pcie_link(result, GPU_FIELDS, 1, 0)["passed"]
+    assert not health.pcie_link(result, 0, 8)["passed"]
+    assert health.pcie_link(result, 1, 0)["passed"]
 
 
 def test_pcie_link_fails_when_the_load_could_not_run():
     result = {"rc": 3, "stdout": "", "stderr": "torch sees no GPU: no load, nothing read"}
-    row = health.pcie_link(result, GPU_FIELDS)
+    row = health.pcie_link(result)
     assert not row["passed"]
     assert "rc 3: torch sees no GPU" in row["message"]
 

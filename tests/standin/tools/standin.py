@@ -87,7 +87,7 @@ QUERY = (
     "--format=csv,noheader",
 )
 CONTAINER = ("run", "--rm", "--pull", "missing", "--gpus", "all")
-# The ECC and PCIe link checks' query (verify_health_gpu_fields of tasks/verify_health.yml); its
+# The ECC and PCIe link checks' query (gpurig_health.commands' gpu_query); its
 # fixtures' layout is real, their values ours (tests/fixtures/health/SOURCES.md).
 HEALTH_QUERY = (
     "--query-gpu=index,pci.bus_id,ecc.errors.uncorrected.volatile.total,"
@@ -257,6 +257,10 @@ REPORTS: dict[str, Report] = {
 # from the copy Ansible runs) minus the load, so the commands verify.yml built run here, through
 # these stand-ins, and their output reaches the filters as the script reports it.
 LOAD_SCRIPT = "verify_gpu_load.py"
+# The Slurm health check verify.yml installs (its first line names the environment's python) is
+# ours, not a tool: the stand-in python hands it to the real interpreter, and the tools it runs are
+# these stand-ins, as healthcheck.json names them.
+HEALTHCHECK = "gpurig-healthcheck"
 HARDWARE_SCRIPT = "verify_hardware.py"
 
 
@@ -383,6 +387,8 @@ def run_under_load(argv: list[str]) -> int:
 
 def main(argv: list[str]) -> int:
     active = faults()
+    if Path(argv[0]).name == "python" and len(argv) > 1 and Path(argv[1]).name == HEALTHCHECK:
+        os.execv(sys.executable, [sys.executable, *argv[1:]])
     if Path(argv[0]).name == "python" and len(argv) > 3 and Path(argv[1]).name == LOAD_SCRIPT:
         return run_under_load(argv)
     if Path(argv[0]).name == "python" and len(argv) > 1:
