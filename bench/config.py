@@ -97,7 +97,7 @@ def _launchers_help() -> str:
 
 @dataclass(frozen=True)
 class BenchConfig(ImageKnobs):
-    """A complete, validated sweep description (saved in sweep.json; --resume reloads it):
+    """A complete, validated sweep description (saved in sweep.jsonl; --resume reloads it):
     how the sweep runs (the knobs below, and how its images run: `ImageKnobs`), what every run
     trains (`workload`) and the values of each swept axis (`axes`: a Variant field -> its
     values, in order)."""

@@ -240,7 +240,7 @@ def is_local_host(name: str) -> bool:
 
 
 # --------------------------------------------------------------------------------------------
-# The multi-node part of a sweep's configuration (saved in sweep.json with the rest)
+# The multi-node part of a sweep's configuration (saved in sweep.jsonl with the rest)
 
 
 def _ssh_option(text: str) -> str:
@@ -257,7 +257,7 @@ class ClusterConfig:
     multi-node group from them; `cluster_from_options` resolves what was typed into this).
 
     Either hosts (reached over ssh) or slurm (the nodes of the Slurm allocation the sweep runs
-    in, reached with srun). Plain data, so it round-trips through sweep.json for --resume;
+    in, reached with srun). Plain data, so it round-trips through sweep.jsonl for --resume;
     bench.launchers.sites turns it into the site that reaches the nodes.
     """
 

@@ -8,7 +8,7 @@ to a sweep (`Environment`) is derived from NodeInfos in one place (`environment_
 and TF32 support mean the same on one machine and on a cluster.
 
 The sweep's record of the machine it ran on is here too (`collect_system_info`, saved once per
-sweep in sweep.json: GPU models, driver, memory, `nvidia-smi topo -m`, torch/CUDA/cuDNN/NCCL/
+sweep in sweep.jsonl: GPU models, driver, memory, `nvidia-smi topo -m`, torch/CUDA/cuDNN/NCCL/
 Horovod versions, NCCL_* and related environment variables, host, CPU, git SHA); the GPU
 telemetry sampled during a run's timed window lives with the ranks (bench.rank.telemetry).
 

@@ -1,24 +1,26 @@
-"""Storing results as each run finishes: sweep.json (the source of truth) and its views,
-Parquet (typed) and CSV (for people and spreadsheets).
+"""Storing results as each run finishes: one append-only store, sweep.jsonl, and views derived
+from it.
 
-sweep.json holds the configuration, system, state and every row. Every change writes it first,
-then rebuilds the four views from it; each file is written to a temporary name and renamed over
-the old one, so a crash or Ctrl-C at any moment leaves either the previous or the new complete
-file, never a torn one. Each Parquet file also carries the metadata (sweep.json without its
-rows), so that a damaged or deleted sweep.json can be rebuilt from the views. Opening a sweep
-(`load`: --resume, python -m bench.report) reads what survives (`recover`, at the end: every
-reader returns what its file holds or why it cannot, missing or damaged with the reason, never a
-library traceback), keeps a damaged file aside as <name>.damaged, and rewrites every file from
-the recovered sweep.
+sweep.jsonl holds one JSON object per line, each appended and flushed to disk (fsync) as it
+happens, the way DeepLearningExamples' dllogger writes its JSON lines:
+    {"meta": {...}}    the sweep's configuration, system and state; each line updates the keys it
+                       carries (the first carries them all)
+    {"run": {...}}     a run's row (schema.RunRow)
+    {"probe": {...}}   an all-reduce probe's row (schema.ProbeRow)
+A crash, kill -9 or full disk at any moment loses at most the line being written: reading the store
+drops a last line cut short and names it. A line that does not read (edited by hand, a damaged
+disk) is left out and named, and the file is kept as sweep.jsonl.damaged before the store is
+rewritten from what reads. Rewriting (a resume dropping the rows it runs again, or a repair) writes
+a temporary file and renames it over the store, so the store is never half written.
 
-A finished row (any status but interrupted/unavailable) is never replaced unless the caller
-says so (`overwrite=True`): a resumed sweep cannot measure a run twice by accident.
+A finished row (any status but interrupted/unavailable) is never replaced unless the caller says
+so (`overwrite=True`): a resumed sweep cannot measure a run twice by accident.
 
 Layout of a sweep directory:
-    sweep.json            config, system info, state, runs and probes (the source of truth)
-    runs.parquet/.csv     one row per run (schema.RunRow), rebuilt from sweep.json
-    probes.parquet/.csv   one row per allreduce probe (schema.ProbeRow), rebuilt from sweep.json
-    per_gpu.parquet/.csv  the per-gpu check's fleet table (bench.report.per_gpu), by bench.report
+    sweep.jsonl           the store (the only source of the rows)
+    runs.parquet/.csv     one row per run, written from the store by bench.report.write_report
+    probes.parquet/.csv   one row per all-reduce probe, the same
+    per_gpu.parquet/.csv  the per-gpu check's fleet table (bench.report.per_gpu), the same
     controller.lock       the controller running the sweep (bench.sweep_lock)
     logs/<id>.log         each launch's full output
     logs/<id>.trace.json  --profile: rank 0's torch.profiler trace (Chrome/Perfetto JSON)
@@ -29,16 +31,12 @@ Layout of a sweep directory:
 from __future__ import annotations
 
 import contextlib
-import csv
-import io
 import json
 import os
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 import pyarrow.parquet as pq
 
 from bench.schema import (
@@ -46,8 +44,6 @@ from bench.schema import (
     Row,
     RunRow,
     Status,
-    column_types,
-    columns,
     from_records,
     to_frame,
     to_json_records,
@@ -56,15 +52,24 @@ from bench.schema import (
 
 __all__ = [
     "RETRIED_ON_RESUME",
-    "SWEEP_JSON",
+    "STORE",
     "ResultStore",
     "StoreError",
     "atomic_write_bytes",
     "write_views",
 ]
 
+STORE = "sweep.jsonl"
+EARLIER_STORE = "sweep.json"  # one JSON document, rewritten whole (versions before sweep.jsonl)
 PROFILE_SUFFIX = ".profile.json"
 DAMAGED_SUFFIX = ".damaged"
+# Rows a resumed sweep runs again: cut short, or not launched because the launcher was missing
+# (it may have been installed since). Every other status is a finished row.
+RETRIED_ON_RESUME = frozenset({Status.INTERRUPTED.value, Status.UNAVAILABLE.value})
+
+
+class StoreError(Exception):
+    """A sweep directory that cannot be used as it is; the message says how to recover."""
 
 
 @contextlib.contextmanager
@@ -87,128 +92,176 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         os.fsync(f.fileno())
 
 
-def _atomic_write_parquet(path: Path, rows: list[Row], cls: type[Row], meta: bytes) -> None:
-    table = to_table(rows, cls)
-    metadata = {**(table.schema.metadata or {}), META_KEY: meta}
-    with _replacing(path) as tmp:
-        pq.write_table(table.replace_schema_metadata(metadata), tmp)
+def write_views(directory: Path, name: str, rows: list[Row], cls: type[Row]) -> None:
+    """<name>.parquet and <name>.csv of `rows`, each replaced atomically."""
+    with _replacing(directory / f"{name}.parquet") as tmp:
+        pq.write_table(to_table(rows, cls), tmp)
+    atomic_write_bytes(directory / f"{name}.csv", to_frame(rows, cls).to_csv(index=False).encode())
 
 
-def write_views(
-    directory: Path, name: str, rows: list[Row], cls: type[Row], meta: bytes = b"{}"
-) -> None:
-    """<name>.parquet (carrying `meta`) and <name>.csv of `rows`, each replaced atomically."""
-    _atomic_write_parquet(directory / f"{name}.parquet", rows, cls, meta)
-    csv = to_frame(rows, cls).to_csv(index=False).encode()
-    atomic_write_bytes(directory / f"{name}.csv", csv)
+def _line(kind: str, record: dict[str, Any]) -> bytes:
+    return (json.dumps({kind: record}) + "\n").encode()
 
 
 class _Table:
-    """One row type: its rows (held by the store) and its two views, <name>.parquet and
-    <name>.csv. A later row replaces an earlier one with the same id only while that one is
-    not finished (a resumed run replaces its "interrupted" row)."""
+    """One row type, its rows by id in the order they were last written. A later row replaces
+    an earlier one with the same id only while that one is not finished (a resumed run replaces
+    its "interrupted" row)."""
 
-    def __init__(self, store: ResultStore, name: str) -> None:
-        self.store = store
-        self.cls, self.key = TABLES[name]
-        self.parquet = store.directory / f"{name}.parquet"
-        self.csv = store.directory / f"{name}.csv"
-        self.held: list[Any] = []
+    def __init__(self, store: ResultStore, kind: str, cls: type[Row], key: str) -> None:
+        self.store, self.kind, self.cls, self.key = store, kind, cls, key
+        self.held: dict[str, Any] = {}
 
     def rows(self) -> list[Any]:
         self.store.load()
-        return list(self.held)
-
-    def frame(self) -> pd.DataFrame:
-        return to_frame(self.rows(), self.cls)
+        return list(self.held.values())
 
     def finished_ids(self) -> set[str]:
         """Rows a resumed sweep must not repeat (failures stay: they are results too)."""
-        return {getattr(r, self.key) for r in self.rows() if r.status not in RETRIED_ON_RESUME}
+        return {key for key, r in self.held.items() if r.status not in RETRIED_ON_RESUME}
+
+    def hold(self, row: Any) -> None:
+        key = getattr(row, self.key)
+        self.held.pop(key, None)
+        self.held[key] = row
 
     def append(self, row: Any, *, overwrite: bool = False) -> None:
         self.store.load()
-        key = getattr(row, self.key)
-        earlier = [r for r in self.held if getattr(r, self.key) == key]
-        if earlier and earlier[0].status not in RETRIED_ON_RESUME and not overwrite:
+        earlier = self.held.get(getattr(row, self.key))
+        if earlier is not None and earlier.status not in RETRIED_ON_RESUME and not overwrite:
             raise StoreError(
-                f"{self.store.directory}: {key} is already recorded as {earlier[0].status}; "
-                "a finished row is not replaced (overwrite=True replaces it)"
+                f"{self.store.directory}: {getattr(row, self.key)} is already recorded as "
+                f"{earlier.status}; a finished row is not replaced (overwrite=True replaces it)"
             )
-        self.held = [r for r in self.held if getattr(r, self.key) != key] + [row]
-        self.store.save()
-
-    def write_views(self, meta: bytes) -> None:
-        write_views(self.store.directory, self.parquet.stem, self.held, self.cls, meta)
+        self.store.append(_line(self.kind, to_json_records([row])[0]))
+        self.hold(row)
 
 
 class ResultStore:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self.logs = directory / "logs"
-        self.sweep_json = directory / SWEEP_JSON
-        self.runs = _Table(self, "runs")
-        self.probes = _Table(self, "probes")
-        self.meta: dict[str, Any] | None = None  # sweep.json without its rows, once loaded
+        self.path = directory / STORE
+        self.runs = _Table(self, "run", RunRow, "run_id")
+        self.probes = _Table(self, "probe", ProbeRow, "probe_id")
+        self.meta: dict[str, Any] | None = None  # once loaded
 
     def create(self, meta: dict[str, Any]) -> None:
+        """A new store holding only the sweep's metadata."""
         self.directory.mkdir(parents=True, exist_ok=True)
         self.logs.mkdir(exist_ok=True)
-        self.meta = {}
-        self.write_meta(meta)
+        self.meta = json.loads(json.dumps(meta))
+        self.runs.held, self.probes.held = {}, {}
+        self.save()
+
+    def append(self, line: bytes) -> None:
+        """One line at the end of the store, on disk when this returns. A write that fails (a
+        full disk) is cut back off, so the store ends with a whole line."""
+        with open(self.path, "ab") as f:
+            size = f.tell()
+            try:
+                f.write(line)
+                f.flush()
+                os.fsync(f.fileno())
+            except OSError:
+                with contextlib.suppress(OSError):
+                    f.truncate(size)
+                raise
 
     def load(self) -> list[str]:
-        """Read the sweep once, rebuilding every file from what survives; returns what was
-        wrong, file by file (empty for a sound directory). StoreError when it cannot."""
+        """Read the store once; returns what was wrong with it, line by line (empty for a sound
+        one), after keeping it as sweep.jsonl.damaged and rewriting it from what reads.
+        StoreError when there is no store or it holds no configuration."""
         if self.meta is not None:
             return []
         if not self.directory.is_dir():
             raise StoreError(f"{self.directory} is not a directory")
-        recovered = recover(self.directory)
-        self.runs.held, self.probes.held = recovered.rows["runs"], recovered.rows["probes"]
-        self.meta = recovered.meta
-        messages = self._problems(recovered.problems) + recovered.notes
-        for path in recovered.problems:
-            if path.exists():  # damaged: kept for a person to look at, never silently lost
-                os.replace(path, path.with_name(path.name + DAMAGED_SUFFIX))
-        self.save()
-        return messages
+        self.meta = {}
+        if not self.path.exists() and (self.directory / EARLIER_STORE).exists():
+            problems = self._read_earlier(self.directory / EARLIER_STORE)
+            self.save()
+            return problems
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            raise StoreError(
+                f"{self.path} is missing: it is the only record of the sweep's runs. Restore it "
+                "from a copy of the directory, or start a new sweep"
+            ) from None
+        problems = self._read_lines(data)
+        if "config" not in self.meta:
+            raise StoreError(
+                f"{self.path} holds no configuration: restore it from a copy of the directory, "
+                "or start a new sweep"
+            )
+        if problems:
+            os.replace(self.path, self.path.with_name(self.path.name + DAMAGED_SUFFIX))
+            self.save()
+            problems.append(f"kept as {self.path.name}{DAMAGED_SUFFIX}; rewritten from the rest")
+        return problems
 
-    def _problems(self, problems: dict[Path, str]) -> list[str]:
-        """One line per file that could not be used (a view missing from a sweep with no
-        rows of its kind, as a controller killed while saving its first rows leaves, is no
-        problem)."""
-        lines = []
-        for path, problem in problems.items():
-            table = next((t for t in (self.runs, self.probes) if path in (t.parquet, t.csv)), None)
-            if problem == "missing" and table is not None and not table.held:
-                continue
-            kept = f", kept as {path.name}{DAMAGED_SUFFIX}" if problem != "missing" else ""
-            lines.append(f"{path.name} was {problem}{kept}; rebuilt from what survives")
-        return lines
+    def _read_lines(self, data: bytes) -> list[str]:
+        problems, lines = [], data.split(b"\n")
+        if lines[-1]:  # no newline at the end: the last write was cut short
+            problems.append(f"{STORE}: its last line was cut short (a crash while writing)")
+        tables = {t.kind: t for t in (self.runs, self.probes)}
+        for number, line in enumerate(lines[:-1], 1):
+            try:
+                record = json.loads(line)
+                if not isinstance(record, dict) or len(record) != 1:
+                    raise ValueError("not an object with one key")
+                ((kind, value),) = record.items()
+                if kind == "meta" and isinstance(value, dict):
+                    self.meta.update(value)
+                    continue
+                if kind not in tables:
+                    raise ValueError(f"unknown kind {kind!r}")
+                skipped: list[str] = []
+                for row in from_records([value], tables[kind].cls, skipped):
+                    tables[kind].hold(row)
+                if skipped:
+                    raise ValueError(skipped[0].removeprefix("row 1 left out: "))
+            except ValueError as error:  # JSONDecodeError and UnicodeDecodeError included
+                problems.append(f"{STORE} line {number} left out: {str(error)[:200]}")
+        return problems
+
+    def _read_earlier(self, path: Path) -> list[str]:
+        """A sweep saved as sweep.json by an earlier version: its rows, into a new store."""
+        try:
+            document = json.loads(path.read_text())
+            self.meta = {k: v for k, v in document.items() if k not in ("runs", "probes")}
+            skipped: list[str] = []
+            for table, name in ((self.runs, "runs"), (self.probes, "probes")):
+                for row in from_records(document.get(name) or [], table.cls, skipped):
+                    table.hold(row)
+        except (OSError, ValueError, AttributeError) as error:
+            raise StoreError(f"{path} does not read ({error}): restore it from a copy") from None
+        return [f"{path.name} (an earlier version's) read into {STORE}", *skipped]
 
     def read_meta(self) -> dict[str, Any]:
         self.load()
         return dict(self.meta or {})
 
     def write_meta(self, meta: dict[str, Any]) -> None:
-        """Replace the sweep's metadata (the rows stay) and save."""
+        """Record the keys of the sweep's metadata that changed (the rows stay)."""
         self.load()
-        self.meta = {k: v for k, v in meta.items() if k not in ROW_LISTS}
-        self.save()
+        held, given = self.meta or {}, json.loads(json.dumps(meta))
+        changed = {k: v for k, v in given.items() if k not in held or held[k] != v}
+        if changed:
+            self.append(_line("meta", changed))
+            self.meta = {**held, **changed}
 
     def save(self) -> None:
-        """sweep.json first (the truth), then the views rebuilt from the same rows."""
-        meta = self.meta or {}
-        document = {
-            **meta,
-            "runs": to_json_records(self.runs.held),
-            "probes": to_json_records(self.probes.held),
-        }
-        atomic_write_bytes(self.sweep_json, json.dumps(document, indent=2).encode())
-        packed = json.dumps(meta).encode()
+        """The store rewritten whole from what is held: the metadata, then every row."""
+        lines = [_line("meta", self.meta or {})]
         for table in (self.runs, self.probes):
-            table.write_views(packed)
+            lines += [_line(table.kind, r) for r in to_json_records(list(table.held.values()))]
+        atomic_write_bytes(self.path, b"".join(lines))
+
+    def write_views(self) -> None:
+        """runs.parquet/.csv and probes.parquet/.csv from the store."""
+        for table, name in ((self.runs, "runs"), (self.probes, "probes")):
+            write_views(self.directory, name, table.rows(), table.cls)
 
     def write_profile(self, run_id: str, summary: dict[str, Any]) -> None:
         """--profile: one run's trace summary, read back by the report's appendix."""
@@ -228,164 +281,6 @@ class ResultStore:
     def drop_retried(self) -> int:
         """Remove the rows a resume runs again (see RETRIED_ON_RESUME); returns how many."""
         rows = self.runs.rows()
-        self.runs.held = [r for r in rows if r.status not in RETRIED_ON_RESUME]
+        self.runs.held = {r.run_id: r for r in rows if r.status not in RETRIED_ON_RESUME}
         self.save()
         return len(rows) - len(self.runs.held)
-
-
-# ---- reading a sweep directory that may be damaged: what each file still holds, and the sweep
-# rebuilt from what survives, truth first, naming every file it could not use (`recover`)
-
-SWEEP_JSON = "sweep.json"
-META_KEY = b"bench.sweep"  # the sweep's metadata inside each Parquet view
-ROW_LISTS = ("runs", "probes")
-# Rows a resumed sweep runs again: cut short, or not launched because the launcher was missing
-# (it may have been installed since). Every other status is a finished row.
-RETRIED_ON_RESUME = frozenset({Status.INTERRUPTED.value, Status.UNAVAILABLE.value})
-
-
-class StoreError(Exception):
-    """A sweep directory that cannot be used as it is; the message says how to recover."""
-
-
-@dataclass(frozen=True)
-class Readout:
-    """What one file gave: its content, or why not ("missing", "damaged (...)")."""
-
-    path: Path
-    content: Any = None
-    problem: str = ""
-
-
-def _damaged(path: Path, exc: BaseException) -> Readout:
-    reason = str(exc).splitlines()[0][:200] if str(exc) else ""
-    return Readout(path, problem=f"damaged ({type(exc).__name__}: {reason})")
-
-
-def read_document(path: Path) -> Readout:
-    """sweep.json as a dict with its row lists."""
-    if not path.exists():
-        return Readout(path, problem="missing")
-    try:
-        document = json.loads(path.read_text())
-        if not isinstance(document, dict):
-            raise ValueError("not a JSON object")
-        if not all(isinstance(document.get(name), list) for name in ROW_LISTS):
-            raise ValueError("its runs or probes are not lists")
-    except (OSError, ValueError) as exc:  # JSONDecodeError and UnicodeDecodeError included
-        return _damaged(path, exc)
-    return Readout(path, document)
-
-
-def read_parquet(path: Path, cls: type) -> tuple[Readout, dict[str, Any] | None]:
-    """A Parquet view's rows, and the sweep metadata it carries (None when it is unreadable)."""
-    if not path.exists():
-        return Readout(path, problem="missing"), None
-    try:
-        table = pq.read_table(path)
-        rows = from_records(table.to_pylist(), cls)
-        meta = json.loads(table.schema.metadata[META_KEY])
-    except Exception as exc:  # pyarrow raises several kinds for a torn file
-        return _damaged(path, exc), None
-    return Readout(path, rows), meta
-
-
-def read_csv(path: Path, cls: type) -> Readout:
-    """A CSV view's rows: the header must be the schema's and every record complete (a torn
-    last line would otherwise read as a row with its last columns missing)."""
-    if not path.exists():
-        return Readout(path, problem="missing")
-    try:
-        text = path.read_text()
-        records = list(csv.reader(io.StringIO(text), strict=True))
-        header = list(columns(cls))
-        if not records or records[0] != header:
-            raise ValueError("its header is not the row schema's")
-        if not text.endswith("\n") or any(len(r) != len(header) for r in records[1:]):
-            raise ValueError("a record is cut short")
-        strings = {n: "string" for n, kind in column_types(cls).items() if kind is str}
-        frame = pd.read_csv(io.StringIO(text), dtype=strings)  # type: ignore[arg-type]
-        rows = from_records(frame.to_dict(orient="records"), cls)
-    except (OSError, ValueError, csv.Error) as exc:
-        return _damaged(path, exc)
-    return Readout(path, rows)
-
-
-@dataclass
-class Recovered:
-    """A sweep as rebuilt from its files, and what was wrong with which file."""
-
-    meta: dict[str, Any]
-    rows: dict[str, list[Any]]  # "runs"/"probes" -> rows
-    problems: dict[Path, str] = field(default_factory=dict)  # file -> "missing", "damaged (...)"
-    notes: list[str] = field(default_factory=list)  # rows kept from a view sweep.json lacked
-
-
-def merge_rows(sources: list[tuple[str, list[Any]]], key: str) -> tuple[list[Any], list[str]]:
-    """Rows of the first source, plus every finished row a later source has and no earlier
-    one does (never lose a measured row); notes name the source that held them."""
-    merged = list(sources[0][1]) if sources else []
-    seen = {getattr(r, key) for r in merged}
-    notes = []
-    for name, rows in sources[1:]:
-        extra = [r for r in rows if getattr(r, key) not in seen]
-        extra = [r for r in extra if r.status not in RETRIED_ON_RESUME]
-        if extra:
-            ids = ", ".join(getattr(r, key) for r in extra)
-            notes.append(f"{name} held {len(extra)} finished row(s) the others lack ({ids}): kept")
-        merged += extra
-        seen |= {getattr(r, key) for r in extra}
-    return merged, notes
-
-
-TABLES: dict[str, tuple[type, str]] = {"runs": (RunRow, "run_id"), "probes": (ProbeRow, "probe_id")}
-
-
-def _view_sources(
-    directory: Path, name: str, cls: type, describe: Callable[[Path], str], recovered: Recovered
-) -> tuple[list[tuple[str, list[Any]]], dict[str, Any] | None]:
-    """A table's readable views, in order of trust; problems go into `recovered`."""
-    parquet, meta = read_parquet(directory / f"{name}.parquet", cls)
-    sources = []
-    for readout in (parquet, read_csv(directory / f"{name}.csv", cls)):
-        if readout.problem:
-            recovered.problems[readout.path] = readout.problem
-        else:
-            sources.append((describe(readout.path), readout.content))
-    return sources, meta
-
-
-def recover(directory: Path, describe: Callable[[Path], str] = lambda p: p.name) -> Recovered:
-    """The sweep in `directory` from what survives: sweep.json's rows, plus finished rows only
-    a view still holds; when sweep.json cannot be read, the Parquet views, then the CSV ones,
-    with the metadata a Parquet view carries. StoreError when no file holds the configuration."""
-    truth = read_document(directory / SWEEP_JSON)
-    recovered = Recovered({}, {})
-    if truth.problem:
-        recovered.problems[truth.path] = truth.problem
-    document = truth.content or {}
-    metas = []
-    for name, (cls, key) in TABLES.items():
-        views, meta = _view_sources(directory, name, cls, describe, recovered)
-        metas.append(meta)
-        sources = views
-        if not truth.problem:
-            skipped: list[str] = []
-            rows = from_records(document.get(name) or [], cls, skipped)
-            if skipped:  # the file is kept as it was; the rows views still hold come back
-                said = recovered.problems.get(truth.path, "damaged (").removesuffix(")")
-                recovered.problems[truth.path] = f"{said}{name}: {'; '.join(skipped)})"
-            sources = [(describe(truth.path), rows), *views]
-        recovered.rows[name], notes = merge_rows(sources, key)
-        recovered.notes += notes
-    if truth.problem:
-        recovered.meta = next((m for m in metas if m), {})
-    else:
-        recovered.meta = {k: v for k, v in document.items() if k not in ROW_LISTS}
-    if truth.problem and not recovered.meta:
-        raise StoreError(
-            f"{truth.path} is {truth.problem} and no runs.parquet or probes.parquet beside it "
-            "holds the sweep's configuration: restore sweep.json from a copy of the directory, "
-            "or start a new sweep (the rows that survive are in runs.csv)"
-        )
-    return recovered

@@ -63,7 +63,7 @@ def read_saved(store: ResultStore) -> tuple[BenchConfig, dict[str, Any]]:
     try:
         return BenchConfig.from_dict(meta["config"]), meta
     except (TypeError, ValueError, KeyError) as exc:
-        raise _refused(f"{store.sweep_json}: its configuration does not load ({exc})") from None
+        raise _refused(f"{store.path}: its configuration does not load ({exc})") from None
 
 
 def stop_leftovers(directory: Path, sweep_id: str, policy: StopPolicy = STOP) -> list[int]:

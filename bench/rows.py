@@ -10,6 +10,7 @@ output, measured or not whatever the other GPUs did.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import re
 import statistics
@@ -206,14 +207,21 @@ def _identity(spec: RunSpec) -> dict[str, Any]:
     }
 
 
+@functools.lru_cache(maxsize=4)
+def reported(run_id: str, output: str) -> wire.RunReport | None:
+    """Rank 0's report for `run_id` in a launch's output (None: it wrote none), decoded once:
+    the row, the per-gpu slot check and the profile all read the same launch's report."""
+    data = wire.decode(run_id, output)
+    return None if data is None else wire.RunReport.from_dict(data)
+
+
 def run_row(
     spec: RunSpec, result: ExecResult, started_at: str, timeout_s: float | None = None
 ) -> RunRow:
     """The row for a launch that ran to completion, failed, or timed out (after `timeout_s`:
     the wall time also counts stopping the processes, so it is not the timeout)."""
-    report_data = wire.decode(spec.run_id, result.output)
-    if result.returncode == 0 and not result.timed_out and report_data is not None:
-        report = wire.RunReport.from_dict(report_data)
+    report = reported(spec.run_id, result.output)
+    if result.returncode == 0 and not result.timed_out and report is not None:
         names = sorted({r.device_name for r in report.ranks})
         return RunRow(
             **{**_identity(spec), **({"hosts": result.hosts} if result.hosts else {})},
@@ -272,12 +280,12 @@ def run_rows(
         if gpu is None:
             return [run_row(spec, result, started_at, timeout_s)]
         output = wire.slot_output(result.output, slot)
-        reported = wire.decode(one.run_id, output) is not None
+        wrote = reported(one.run_id, output) is not None
         own = dataclasses.replace(
             result,
             output=output if output.strip() else result.output,
-            returncode=0 if reported else result.returncode,
-            timed_out=result.timed_out and not reported,
+            returncode=0 if wrote else result.returncode,
+            timed_out=result.timed_out and not wrote,
             hosts="",
         )
         rows.append(dataclasses.replace(run_row(one, own, started_at, timeout_s), gpu_index=gpu))
@@ -319,10 +327,10 @@ def profile_of(spec: RunSpec, result: ExecResult) -> dict[str, Any] | None:
     (the host of rank 0: on another node the file stays there)."""
     if not spec.trace_path or result.returncode != 0 or result.timed_out:
         return None
-    data = wire.decode(spec.run_id, result.output)
-    if data is None:
+    report = reported(spec.run_id, result.output)
+    if report is None:
         return None
-    first = wire.RunReport.from_dict(data).ranks[0]
+    first = report.ranks[0]
     if first.profile is None:
         return None
     return {"run_id": spec.run_id, "host": first.host, **first.profile}

@@ -202,7 +202,7 @@ def _cell(value: Any, kind: type) -> Any:
 def from_records(
     records: Iterable[Mapping[str, Any]], cls: type[Row], skipped: list[str] | None = None
 ) -> list[Row]:
-    """Rows from dicts by column name (sweep.json's records, a frame's rows). A record that is no
+    """Rows from dicts by column name (sweep.jsonl's rows, a frame's rows). A record that is no
     object, or has a cell of the wrong kind, raises ValueError; given `skipped`, it is left out
     and described there instead."""
     kinds, rows = column_types(cls), []

@@ -7,7 +7,7 @@ A `RunSpec` (or `ProbeSpec`) travels to the ranks as one shell-safe `--spec` arg
 Every knob is declared once, as a field of `Variant` (the axes a sweep may A/B, each a comma
 list) or `Workload` (fixed for a sweep) with a `Knob` in its metadata. bench.config generates
 the command-line option from it, validates it and fills its default; bench.schema makes it a
-column of the results row (unless `row=False`); sweep.json stores it for --resume.
+column of the results row (unless `row=False`); sweep.jsonl stores it for --resume.
 """
 
 from __future__ import annotations

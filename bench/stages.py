@@ -228,7 +228,7 @@ def announce(sweep: Sweep, resumed: bool, launched: int, probes: int, done: int)
 
 
 class Progress:
-    """The sweep's clock and progress bar; `save` writes sweep.json with the state so far."""
+    """The sweep's clock and progress bar; `save` writes sweep.jsonl with the state so far."""
 
     def __init__(self, sweep: Sweep, total: int, shown: bool) -> None:
         self.sweep = sweep
@@ -349,7 +349,7 @@ def execute_sweep(sweep: Sweep, progress: bool = True, launcher: Launcher | None
     """
     resumed = sweep.lock is not None
     if not resumed:
-        sweep.lock = acquire(sweep.store.directory)  # before sweep.json: the directory is ours
+        sweep.lock = acquire(sweep.store.directory)  # before sweep.jsonl: the directory is ours
     try:
         return _execute(sweep, launcher or sweep.launcher, resumed, progress)
     except OSError as exc:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -67,7 +66,7 @@ def definitions(points: Sequence[ScalingPoint]) -> str:
 
 
 def knob_values(meta: dict[str, Any]) -> dict[str, Any]:
-    """Every knob of a stored sweep by name (sweep.json nests the workload and the swept axes)."""
+    """Every knob of a stored sweep by name (sweep.jsonl nests the workload and the swept axes)."""
     stored = meta.get("config", {})
     return {**stored, **stored.get("axes", {}), **stored.get("workload", {})}
 
@@ -178,12 +177,13 @@ def write_report(directory: Path) -> Path:
     store = ResultStore(directory)
     meta = store.read_meta()
     runs, probes = store.runs.rows(), store.probes.rows()
+    store.write_views()
     points = summarise(runs, probes)
     plot_throughput(points, directory / "throughput.png")
     plot_efficiency(points, directory / "efficiency.png")
     fleet = verdicts(runs, threshold_of(knob_values(meta)))
     if fleet:
-        write_views(directory, "per_gpu", fleet, GpuVerdict, json.dumps(meta).encode())
+        write_views(directory, "per_gpu", fleet, GpuVerdict)
     path = directory / "report.md"
     text = markdown(meta, runs, probes, points, fleet, store.profiles(), directory)
     atomic_write_bytes(path, text.encode())
@@ -191,7 +191,7 @@ def write_report(directory: Path) -> Path:
 
 
 # The host-and-containers section (--container host,IMAGE): which image each short name in the
-# variant labels stands for (digest and versions, from sweep.json), and every configuration's
+# variant labels stands for (digest and versions, from sweep.jsonl), and every configuration's
 # img/s in an image beside the same configuration on the host.
 
 

@@ -8,7 +8,6 @@ and 3 timed steps keeps each launch to seconds; nothing here asserts on speed.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -22,6 +21,7 @@ from integration_support import TINY
 
 from bench.machine import horovod_status
 from bench.rank.faults import ENV_VAR as FAULT_VAR
+from bench.results import ResultStore
 
 pytestmark = pytest.mark.slow
 
@@ -69,11 +69,12 @@ def test_ddp_sweep_writes_rows_files_and_report(tmp_path: Path) -> None:
     assert (one["gpus"], one["threads_per_rank"], one["interconnect"]) == (1, 2, "none (1 rank)")
     assert (two["gpus"], two["threads_per_rank"], two["interconnect"]) == (2, 1, "loopback (gloo)")
     assert (two["nodes"], two["gpus_per_node"], two["hosts"]) == (1, 2, "localhost:2")
-    # the same rows in CSV and in sweep.json
+    # the same rows in CSV and in the store
     csv = pd.read_csv(d / "runs.csv")
     assert sorted(csv["run_id"]) == sorted(runs)
-    document = json.loads((d / "sweep.json").read_text())
-    assert document["state"] == "complete" and len(document["runs"]) == 2
+    store = ResultStore(d)
+    document = store.read_meta()
+    assert document["state"] == "complete" and len(store.runs.rows()) == 2
     assert document["config"]["gpu_counts"] == [1, 2]
     assert document["system"]["versions"]["torch"].startswith("2.")
     probe = pd.read_parquet(d / "probes.parquet").iloc[0]
@@ -312,7 +313,7 @@ def test_interrupt_keeps_finished_rows_and_resume_completes(tmp_path: Path) -> N
     first = by_id(d)
     assert first["ddp-n1-fp32-nchw-r0"]["status"] == "ok", first["ddp-n1-fp32-nchw-r0"]["error"]
     assert first["ddp-n1-fp32-nchw-r1"]["status"] == "interrupted", first["ddp-n1-fp32-nchw-r1"]
-    assert json.loads((d / "sweep.json").read_text())["state"] == "interrupted"
+    assert ResultStore(d).read_meta()["state"] == "interrupted"
     assert "## Failures" in (d / "report.md").read_text()  # written from what finished
 
     resume = [sys.executable, "-m", "bench.scaling", "--resume", str(d), "--no-progress"]
@@ -323,7 +324,7 @@ def test_interrupt_keeps_finished_rows_and_resume_completes(tmp_path: Path) -> N
     assert {r["status"] for r in after.values()} == {"ok"} and len(after) == 2, after
     # the row finished before the interrupt is the same row, not a rerun
     assert after["ddp-n1-fp32-nchw-r0"]["started_at"] == first["ddp-n1-fp32-nchw-r0"]["started_at"]
-    assert json.loads((d / "sweep.json").read_text())["state"] == "complete"
+    assert ResultStore(d).read_meta()["state"] == "complete"
     assert len(pd.read_csv(d / "runs.csv")) == 2
 
 

@@ -28,6 +28,7 @@ from integration_support import REPO, TINY, unavailable
 from bench.launchers.docker import LABEL
 from bench.rank import wire
 from bench.rank.faults import ENV_VAR as FAULT_VAR
+from bench.results import ResultStore
 from bench.spec import container_label
 
 pytestmark = pytest.mark.slow
@@ -212,7 +213,7 @@ def test_host_and_image_runs_side_by_side(tmp_path: Path, image: tuple[str, bool
                 assert rank["mount_namespace"] not in ("", own_mounts)
             header = (d / "logs" / f"{run_id}.log").read_text().splitlines()[0]
             assert header.startswith("$ docker run --rm --pull never --init --name gsb-")
-    system = json.loads((d / "sweep.json").read_text())["system"]["containers"][tag]
+    system = ResultStore(d).read_meta()["system"]["containers"][tag]
     assert system["torch"] == "2.13.0+cpu" and system["executable"] == "/usr/bin/python3"
     assert system["image_id"] == system["digest"] == image_id(tag)
     report = (d / "report.md").read_text()
@@ -230,7 +231,7 @@ def test_horovod_runs_in_the_image(tmp_path: Path, image: tuple[str, bool]) -> N
     assert run["status"] == "ok", run["error"]
     assert (run["launcher"], run["backend"], run["gpus"]) == ("horovod", "gloo", 2)
     assert run["rank_python"] == "/usr/bin/python3"
-    assert json.loads((d / "sweep.json").read_text())["system"]["containers"][tag]["horovod"]
+    assert ResultStore(d).read_meta()["system"]["containers"][tag]["horovod"]
 
 
 def test_a_timed_out_container_run_leaves_no_container(

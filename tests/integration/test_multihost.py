@@ -39,6 +39,8 @@ from integration_support import (
     netns_fleet,
 )
 
+from bench.results import ResultStore
+
 pytestmark = pytest.mark.multihost
 
 
@@ -157,7 +159,7 @@ def test_two_node_ddp_and_horovod_runs_produce_correct_rows(hosts: Path, tmp_pat
     (probe,) = rows(directory, "probes")
     assert probe["status"] == "ok", probe["error"]
     assert (probe["nodes"], probe["gpus"], probe["interconnect"]) == (2, 2, "tcp (gloo, eth0)")
-    document = json.loads((directory / "sweep.json").read_text())
+    document = ResultStore(directory).read_meta()
     nodes = document["system"]["nodes"]
     assert [n["hostname"] for n in nodes] == ["gsb1", "gsb2"]
     assert {n["torch"] for n in nodes} == {document["system"]["versions"]["torch"]}
@@ -437,7 +439,7 @@ def test_resume_first_stops_what_an_earlier_controller_left_on_a_host(
     (run,) = rows(directory)
     assert run["status"] == "ok", run["error"]
     assert (run["launcher"], run["hosts"], run["backend"]) == ("horovod", f"{HOST1}:1", "gloo")
-    sweep_id = json.loads((directory / "sweep.json").read_text())["sweep_id"]
+    sweep_id = ResultStore(directory).read_meta()["sweep_id"]
     # a rank an earlier controller left on gsb2: the sweep's tag, inside that host
     left = subprocess.Popen(
         ["nsenter", "--net=/run/netns/gsb2", "--", "sleep", "300"],
@@ -480,9 +482,10 @@ def test_resume_is_refused_while_a_host_of_the_sweep_is_unreachable(
     directory = sweep_dir(tmp_path)
     # the sweep also had a host that is gone now: an address on the bridge nobody answers
     gone = f"{SUBNET}.99"
-    document = json.loads((directory / "sweep.json").read_text())
+    store = ResultStore(directory)
+    document = store.read_meta()
     document["config"]["cluster"]["hosts"].append([gone, 1])
-    (directory / "sweep.json").write_text(json.dumps(document))
+    store.write_meta(document)
     resumed = subprocess.run(
         [sys.executable, "-m", "bench.scaling", "--resume", str(directory)],
         capture_output=True,

@@ -2,13 +2,13 @@
 
 kill -9 of `python -m bench.scaling` leaves no process of its launches alive after 2 s (the
 launcher and every rank die with it: bench.rank.lifeline); `--resume` then takes over the dead
-controller's lock, rebuilds a deleted runs.parquet or a truncated sweep.json from what
-survives, keeps every finished row as it was and measures only what did not finish.
+controller's lock, reads the store with its last line cut short (named and left out) and writes a
+damaged runs.parquet again, keeps every finished row as it was and measures only what did not
+finish.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -19,10 +19,12 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from integration_support import TINY
 
 from bench.rank.faults import ENV_VAR as FAULT_VAR
+from bench.results import ResultStore
 
 pytestmark = pytest.mark.slow
 MARK_VAR = "BENCH_TEST_CONTROLLER"  # inherited by everything the controller starts
@@ -135,7 +137,7 @@ def killed_sweep(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[t
     return d, left
 
 
-@pytest.mark.parametrize("damage", ["delete runs.parquet", "truncate sweep.json"])
+@pytest.mark.parametrize("damage", ["damage runs.parquet", "cut sweep.jsonl"])
 def test_resume_after_kill_9_and_damage_keeps_finished_rows(
     killed_sweep: tuple[Path, list[tuple[int, str]]], tmp_path: Path, damage: str
 ) -> None:
@@ -143,24 +145,27 @@ def test_resume_after_kill_9_and_damage_keeps_finished_rows(
     assert left == []
     d = tmp_path / killed.name
     shutil.copytree(killed, d)  # the killed controller's lock file included
-    before = json.loads((d / "sweep.json").read_text())
-    (finished,) = [r for r in before["runs"] if r["run_id"] == "ddp-n1-fp32-nchw-r0"]
-    if damage == "delete runs.parquet":
-        (d / "runs.parquet").unlink()
-    else:
-        text = (d / "sweep.json").read_bytes()
-        (d / "sweep.json").write_bytes(text[: len(text) // 2])
+    finished = stored_rows(d)["ddp-n1-fp32-nchw-r0"]
+    if damage == "damage runs.parquet":
+        (d / "runs.parquet").write_bytes(b"PAR1")  # a view: written again from the store
+    else:  # the last line, the state the killed controller saved after its first run, cut short
+        text = (d / "sweep.jsonl").read_bytes()
+        (d / "sweep.jsonl").write_bytes(text[:-10])
 
     resume = [sys.executable, "-m", "bench.scaling", "--resume", str(d), "--no-progress"]
     done = subprocess.run(resume, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "took over the lock of pid" in done.stderr  # the killed controller's
-    name = damage.split()[1]
-    assert f"{name} was {'missing' if name == 'runs.parquet' else 'damaged ('}" in done.stderr
+    cut = "sweep.jsonl: its last line was cut short (a crash while writing)"
+    assert (cut in done.stderr) == (damage == "cut sweep.jsonl"), done.stderr[-3000:]
     assert "launching 1 run(s) and 0 probe(s); 1 run(s) already done" in done.stderr
-    after = json.loads((d / "sweep.json").read_text())
-    assert after["state"] == "complete"
-    rows = {r["run_id"]: r for r in after["runs"]}
+    assert ResultStore(d).read_meta()["state"] == "complete"
+    rows = stored_rows(d)
     assert rows["ddp-n1-fp32-nchw-r0"] == finished  # the same row, not measured again
-    assert rows["ddp-n1-fp32-nchw-r1"]["status"] == "ok"
+    assert rows["ddp-n1-fp32-nchw-r1"].status == "ok"
+    assert sorted(pd.read_parquet(d / "runs.parquet")["run_id"]) == sorted(rows)
     assert not (d / "controller.lock").exists()
+
+
+def stored_rows(directory: Path) -> dict:
+    return {r.run_id: r for r in ResultStore(directory).runs.rows()}

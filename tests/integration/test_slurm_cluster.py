@@ -11,7 +11,6 @@ killed with kill -9 leaves its steps running and --resume stops them.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -22,6 +21,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from integration_support import INFRA, REPO, TINY, require_netns_hosts
+
+from bench.results import ResultStore
 
 SUBNET = "10.213.1"
 PORT = 2214
@@ -137,7 +138,7 @@ def test_sbatch_of_the_sweep_runs_ddp_horovod_and_tf_inside_one_allocation(
     assert by_config[("tf", 2)]["backend"] == "ring"
     assert by_config[("tf", 2)]["interconnect"] == "tcp (grpc ring, eth0)"
     # one allocation for the whole sweep: the controller ran in it, on its first node
-    meta = json.loads((directory / "sweep.json").read_text())
+    meta = ResultStore(directory).read_meta()
     assert meta["system"]["nodes"][0]["host"] == "gss1"
     assert slurm(env, "scontrol", "show", "job", "-o", job).count("JobState=COMPLETED") == 1
 
@@ -226,9 +227,9 @@ def test_resume_in_the_allocation_stops_the_steps_a_killed_controller_left(
         )
         assert done.returncode == 0, done.stderr[-4000:]
         assert "gss1: an earlier controller left processes of this sweep there:" in done.stderr
-        rows = json.loads((directory / "sweep.json").read_text())["runs"]
-        assert [r["status"] for r in rows] == ["ok"]  # measured again by the resumed controller
-        assert rows[0]["hosts"] == "gss1:1"
+        rows = ResultStore(directory).runs.rows()
+        assert [r.status for r in rows] == ["ok"]  # measured again by the resumed controller
+        assert rows[0].hosts == "gss1:1"
     finally:
         holder.kill()
         holder.wait(timeout=30)

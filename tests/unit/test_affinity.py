@@ -222,7 +222,7 @@ def test_the_knob_sweeps_off_and_on_and_is_off_by_default() -> None:
     off, on = config.variants()
     assert on.label == off.label + "-pinned"  # unpinned run ids stay as they were
     older = {k: v for k, v in dataclasses.asdict(off).items() if k != "cpu_affinity"}
-    assert Variant(**older) == off  # a sweep.json from before the knob still loads
+    assert Variant(**older) == off  # a store from before the knob still loads
 
 
 def test_the_row_records_the_knob_and_the_cores_the_ranks_ran_on() -> None:

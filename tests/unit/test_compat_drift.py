@@ -176,6 +176,33 @@ def test_newer_branch_cuda_cudnn_and_nccl_are_behind():
     assert "2.33.1-1+cuda13.4" in behind["libnccl2"]
 
 
+def test_dcgm_is_in_the_default_stack_where_the_os_has_it():
+    # roles/dcgm installs -core, -proprietary and -cuda<major of the default branch> at
+    # dcgm_version, only where compat.yml says NVIDIA publishes DCGM for the OS.
+    branch = COMPAT["distros"]["ubuntu2204"]["default"]["branch"]
+    major = drift.dcgm_cuda_major(COMPAT, branch)
+    entry = COMPAT["cuda_major"][major]
+    stack = drift.default_stack(COMPAT, "ubuntu2204")
+    for name in (*drift.DCGM_COMMON, entry["dcgm"]):
+        assert stack[name] == entry["dcgm_version"], name
+    assert drift.dcgm_cuda_major(COMPAT, "580") == "13"
+    assert drift.dcgm_cuda_major(COMPAT, "535") == "12"
+    assert not COMPAT["distros"]["ubuntu2004"]["dcgm"]
+    assert not any("datacenter-gpu-manager" in n for n in drift.default_stack(COMPAT, "ubuntu2004"))
+
+
+def test_missing_dcgm_build_breaks_and_a_newer_one_is_behind():
+    branch = COMPAT["distros"]["ubuntu2204"]["default"]["branch"]
+    entry = COMPAT["cuda_major"][drift.dcgm_cuda_major(COMPAT, branch)]
+    pinned = entry["dcgm_version"]
+    found = findings_2204(without(PACKAGES_2204, entry["dcgm"], pinned))
+    assert set(by(found, "BREAKING")) == {entry["dcgm"]}
+    epoch, _, rest = pinned.partition(":")
+    newer = f"{epoch}:{int(rest.split('.')[0]) + 1}.0.0-1"  # a major above the pin
+    behind = by(findings_2204(PACKAGES_2204 + stanza(drift.DCGM_COMMON[0], newer)), "BEHIND")
+    assert behind == {drift.DCGM_COMMON[0]: f"{newer} is newer than the pinned {pinned}"}
+
+
 def test_key_fingerprint_checks():
     expected = COMPAT["nvidia_repo_keys"]["3bf863cc.pub"]
     ok = drift.check_key("ubuntu2204", "3bf863cc.pub", expected, [expected], "u")

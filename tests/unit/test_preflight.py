@@ -144,7 +144,7 @@ def test_resume_refusals_come_before_torch_is_imported(tmp_path: Path) -> None:
     heavy, err = refused_resume(["--resume", str(tmp_path), "--gpus", "2"])
     assert "torch" not in heavy and "drop --gpus" in err
     heavy, err = refused_resume(["--resume", str(tmp_path)])  # nothing there
-    assert "torch" not in heavy and "restore sweep.json from a copy" in err
+    assert "torch" not in heavy and "sweep.jsonl is missing: it is the only record" in err
 
 
 def test_a_second_controller_is_refused_with_the_first_one_s_identity(tmp_path: Path) -> None:

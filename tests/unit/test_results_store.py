@@ -1,9 +1,10 @@
-"""The results store: sweep.json is the source of truth, the views are rebuilt from
-it, a damaged or missing file is named and rebuilt from what survives, a finished row is never
-replaced by accident, and the controller's lock."""
+"""The results store: sweep.jsonl, appended to as each row is recorded, is the only source of the
+rows; the views are derived from it; a line cut short or damaged is named and left out, the rest
+kept; a finished row is never replaced by accident; and the controller's lock."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import subprocess
@@ -16,8 +17,8 @@ from bench_builders import run_row, with_status
 
 from bench import sweep_lock
 from bench.report.__main__ import main as report_main
-from bench.results import ResultStore, StoreError, read_csv
-from bench.schema import RunRow
+from bench.results import ResultStore, StoreError
+from bench.schema import RunRow, to_json_records
 
 META = {"sweep_id": "s1", "config": {"device": "cpu"}, "state": "running"}
 
@@ -35,9 +36,8 @@ def sweep_with_rows(directory: Path) -> list[RunRow]:
     return rows
 
 
-def truncate(path: Path, keep: float = 0.5) -> None:
-    data = path.read_bytes()
-    path.write_bytes(data[: int(len(data) * keep)])
+def lines(directory: Path) -> list[dict]:
+    return [json.loads(line) for line in (directory / "sweep.jsonl").read_text().splitlines()]
 
 
 def reopened(directory: Path) -> tuple[ResultStore, list[str]]:
@@ -45,81 +45,97 @@ def reopened(directory: Path) -> tuple[ResultStore, list[str]]:
     return store, store.load()
 
 
-def test_every_file_is_written_from_the_same_rows(tmp_path: Path) -> None:
+def test_each_row_is_one_line_appended_to_the_store(tmp_path: Path) -> None:
     rows = sweep_with_rows(tmp_path)
-    document = json.loads((tmp_path / "sweep.json").read_text())
-    assert [r["run_id"] for r in document["runs"]] == ["a", "b", "c"]
+    assert lines(tmp_path) == [{"meta": META}, *({"run": r} for r in to_json_records(rows))]
+    store = ResultStore(tmp_path)
+    store.write_meta({**META, "state": "complete"})  # only what changed is appended
+    assert lines(tmp_path)[-1] == {"meta": {"state": "complete"}}
+    assert reopened(tmp_path)[0].read_meta() == {**META, "state": "complete"}
+    assert not list(tmp_path.glob("runs.*"))  # the views come with the report
+    store.write_views()
     assert pd.read_parquet(tmp_path / "runs.parquet")["run_id"].tolist() == ["a", "b", "c"]
-    assert read_csv(tmp_path / "runs.csv", RunRow).content == rows
+    assert pd.read_csv(tmp_path / "runs.csv")["run_id"].tolist() == ["a", "b", "c"]
     assert not list(tmp_path.glob(".*.tmp"))  # written under a temporary name, then renamed
 
 
-@pytest.mark.parametrize("damage", ["delete", "truncate"])
-@pytest.mark.parametrize("name", ["runs.parquet", "runs.csv", "sweep.json"])
-def test_a_damaged_or_missing_file_is_named_and_rebuilt(
-    tmp_path: Path, name: str, damage: str
-) -> None:
+def test_a_last_line_cut_short_is_left_out_and_named(tmp_path: Path) -> None:
+    # kill -9 or a crash while a row was being written: every whole line is kept.
     rows = sweep_with_rows(tmp_path)
-    before = json.loads((tmp_path / "sweep.json").read_text())
-    truncate(tmp_path / name) if damage == "truncate" else (tmp_path / name).unlink()
+    whole = (tmp_path / "sweep.jsonl").read_bytes()
+    (tmp_path / "sweep.jsonl").write_bytes(whole[:-40])
     store, notes = reopened(tmp_path)
-    assert len(notes) == 1 and notes[0].startswith(f"{name} was ")
-    assert ("missing" if damage == "delete" else "damaged (") in notes[0]
-    assert store.runs.rows() == rows and store.read_meta()["config"] == META["config"]
-    assert json.loads((tmp_path / "sweep.json").read_text()) == before  # rebuilt as it was
-    assert reopened(tmp_path)[0].runs.rows() == rows
+    assert notes == [
+        "sweep.jsonl: its last line was cut short (a crash while writing)",
+        "kept as sweep.jsonl.damaged; rewritten from the rest",
+    ]
+    assert store.runs.rows() == rows[:2]
+    assert (tmp_path / "sweep.jsonl.damaged").read_bytes() == whole[:-40]  # kept as found
     assert reopened(tmp_path)[1] == []  # sound again
-    assert (tmp_path / f"{name}.damaged").exists() == (damage == "truncate")
-
-
-def test_sweep_json_and_the_parquet_views_lost_together_cannot_be_rebuilt(tmp_path: Path) -> None:
-    sweep_with_rows(tmp_path)
-    truncate(tmp_path / "sweep.json")
-    for name in ("runs.parquet", "probes.parquet"):
-        (tmp_path / name).unlink()
-    with pytest.raises(StoreError, match=r"sweep.json is damaged .* restore sweep.json"):
-        ResultStore(tmp_path).load()
-
-
-def test_a_finished_row_only_a_view_holds_is_kept(tmp_path: Path) -> None:
-    # sweep.json restored from an older copy: the views hold a run it lacks
-    rows = sweep_with_rows(tmp_path)
-    older = json.loads((tmp_path / "sweep.json").read_text())
-    older["runs"] = older["runs"][1:]
-    (tmp_path / "sweep.json").write_text(json.dumps(older))
-    store, notes = reopened(tmp_path)
-    assert notes == ["runs.parquet held 1 finished row(s) the others lack (a): kept"]
-    assert sorted(r.run_id for r in store.runs.rows()) == sorted(r.run_id for r in rows)
+    assert reopened(tmp_path)[0].runs.rows() == rows[:2]
 
 
 @pytest.mark.parametrize(
     ("damage", "said"),
     [
-        ({"throughput": "fast"}, "row 1 left out: throughput 'fast' is not float"),
-        ("garbage", "row 1 left out: not an object: 'garbage'"),
+        ({"run": {**to_json_records([run_row(run_id="a")])[0], "throughput": "fast"}},
+         "line 2 left out: throughput 'fast' is not float"),
+        ({"run": "garbage"}, "line 2 left out: not an object: 'garbage'"),
+        ({"runs": {}}, "line 2 left out: unknown kind 'runs'"),
+        ("{not json", "line 2 left out: Expecting property name enclosed in double quotes"),
     ],
-)
-def test_a_malformed_row_in_sweep_json_is_left_out_and_named_and_the_views_bring_it_back(
+)  # fmt: skip
+def test_a_line_that_does_not_read_is_left_out_and_named(
     tmp_path: Path, damage: object, said: str
 ) -> None:
     rows = sweep_with_rows(tmp_path)
-    document = json.loads((tmp_path / "sweep.json").read_text())
-    if isinstance(damage, dict):
-        document["runs"][0].update(damage)
-    else:
-        document["runs"][0] = damage
+    found = (tmp_path / "sweep.jsonl").read_text().splitlines()
+    found[1] = damage if isinstance(damage, str) else json.dumps(damage)
+    (tmp_path / "sweep.jsonl").write_text("\n".join(found) + "\n")
+    store, notes = reopened(tmp_path)
+    assert notes[0].startswith(f"sweep.jsonl {said}"), notes
+    assert store.runs.rows() == rows[1:]
+    assert reopened(tmp_path)[1] == []
+
+
+def test_without_the_store_or_its_configuration_the_sweep_cannot_be_read(tmp_path: Path) -> None:
+    sweep_with_rows(tmp_path)
+    ResultStore(tmp_path).write_views()
+    (tmp_path / "sweep.jsonl").unlink()  # the views are not a source: nothing is re-measured
+    with pytest.raises(StoreError, match=r"sweep.jsonl is missing: it is the only record"):
+        ResultStore(tmp_path).load()
+    (tmp_path / "sweep.jsonl").write_text('{"run": {}}\n')
+    with pytest.raises(StoreError, match=r"holds no configuration: restore it from a copy"):
+        ResultStore(tmp_path).load()
+
+
+def test_a_full_disk_leaves_the_store_ending_with_a_whole_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rows = sweep_with_rows(tmp_path)
+    store = ResultStore(tmp_path)
+    store.load()
+    real_fsync = os.fsync
+
+    def full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(OSError, match="No space left"):
+        store.runs.append(run_row(run_id="d"))
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    store, notes = reopened(tmp_path)
+    assert notes == [] and store.runs.rows() == rows
+
+
+def test_an_earlier_version_s_sweep_json_is_read_into_a_store(tmp_path: Path) -> None:
+    rows = sweep_with_rows(tmp_path / "new")
+    document = {**META, "runs": to_json_records(rows), "probes": []}
     (tmp_path / "sweep.json").write_text(json.dumps(document))
     store, notes = reopened(tmp_path)
-    assert notes[0] == (
-        f"sweep.json was damaged (runs: {said}), kept as sweep.json.damaged; rebuilt from what "
-        "survives"
-    )
-    assert notes[1:] == [
-        f"runs.parquet held 1 finished row(s) the others lack ({rows[0].run_id}): kept"
-    ]
-    assert sorted(r.run_id for r in store.runs.rows()) == sorted(r.run_id for r in rows)
-    assert json.loads((tmp_path / "sweep.json.damaged").read_text()) == document  # kept as found
-    assert reopened(tmp_path)[1] == []  # sound again
+    assert notes == ["sweep.json (an earlier version's) read into sweep.jsonl"]
+    assert store.runs.rows() == rows and store.read_meta() == META
+    assert reopened(tmp_path)[0].runs.rows() == rows  # from sweep.jsonl now
 
 
 def test_a_finished_row_is_not_replaced_without_the_flag(tmp_path: Path) -> None:
@@ -130,23 +146,22 @@ def test_a_finished_row_is_not_replaced_without_the_flag(tmp_path: Path) -> None
     store.runs.append(run_row(run_id="c"))  # an interrupted run is measured again
     store.runs.append(run_row(run_id="a", throughput=1.0), overwrite=True)
     assert {r.run_id: r.throughput for r in store.runs.rows()}["a"] == 1.0
+    assert {r.run_id: r.throughput for r in reopened(tmp_path)[0].runs.rows()}["a"] == 1.0
 
 
-def test_report_rebuilds_the_views_and_names_the_damage(
+def test_report_writes_the_views_again_and_stops_without_a_store(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     sweep_with_rows(tmp_path)
-    truncate(tmp_path / "runs.parquet")
+    assert report_main([str(tmp_path)]) == 0
+    (tmp_path / "runs.parquet").write_bytes(b"PAR1")  # a damaged view: written again
     (tmp_path / "runs.csv").unlink()
     assert report_main([str(tmp_path)]) == 0
-    err = capsys.readouterr().err
-    assert "runs.parquet was damaged" in err and "runs.csv was missing" in err
     assert pd.read_csv(tmp_path / "runs.csv")["run_id"].tolist() == ["a", "b", "c"]
-    (tmp_path / "runs.parquet").unlink()
-    truncate(tmp_path / "sweep.json")
-    (tmp_path / "probes.parquet").unlink()
-    assert report_main([str(tmp_path)]) == 2  # nothing holds the configuration any more
-    assert "restore sweep.json from a copy" in capsys.readouterr().err
+    assert pd.read_parquet(tmp_path / "runs.parquet")["run_id"].tolist() == ["a", "b", "c"]
+    (tmp_path / "sweep.jsonl").unlink()
+    assert report_main([str(tmp_path)]) == 2
+    assert "sweep.jsonl is missing" in capsys.readouterr().err
 
 
 # --- the controller's lock ----------------------------------------------------------------------

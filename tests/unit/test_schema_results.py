@@ -69,7 +69,7 @@ def test_frame_round_trip_keeps_missing_measurements_missing() -> None:
     assert from_records(frame.to_dict(orient="records"), RunRow) == rows  # as read_csv reads one
 
 
-def test_store_appends_rows_to_parquet_and_csv(tmp_path: Path) -> None:
+def test_the_views_hold_the_stored_rows_typed(tmp_path: Path) -> None:
     store = ResultStore(tmp_path / "sweep")
     store.create({"sweep_id": "s", "state": "running"})
     first = run_row()
@@ -77,17 +77,20 @@ def test_store_appends_rows_to_parquet_and_csv(tmp_path: Path) -> None:
     store.runs.append(first)
     store.runs.append(second)
     assert store.runs.rows() == [first, second]
-    csv = pd.read_csv(store.runs.csv)
+    store.write_views()
+    csv = pd.read_csv(store.directory / "runs.csv")
     assert list(csv.columns) == list(columns(RunRow))
     assert csv["run_id"].tolist() == [first.run_id, second.run_id]
     assert csv["throughput"].iloc[0] == 64.0 and math.isnan(csv["throughput"].iloc[1])
-    assert pq.read_schema(store.runs.parquet).equals(arrow_schema(RunRow), check_metadata=False)
+    assert pq.read_schema(store.directory / "runs.parquet").equals(
+        arrow_schema(RunRow), check_metadata=False
+    )
     assert not list(tmp_path.glob("sweep/.*.tmp"))
 
 
 def test_a_later_row_replaces_an_earlier_one_with_the_same_id(tmp_path: Path) -> None:
     store = ResultStore(tmp_path)
-    store.create({})
+    store.create({"config": {}})
     store.runs.append(with_status(run_row(), Status.INTERRUPTED.value))
     store.runs.append(run_row(run_id="other"))
     store.runs.append(run_row())
@@ -95,12 +98,12 @@ def test_a_later_row_replaces_an_earlier_one_with_the_same_id(tmp_path: Path) ->
         ("other", "ok"),
         (run_row().run_id, "ok"),
     ]
-    assert len(pd.read_csv(store.runs.csv)) == 2
+    assert [r.status for r in ResultStore(tmp_path).runs.rows()] == ["ok", "ok"]
 
 
 def test_resume_bookkeeping(tmp_path: Path) -> None:
     store = ResultStore(tmp_path)
-    store.create({})
+    store.create({"config": {}})
     store.runs.append(run_row(run_id="a"))
     store.runs.append(with_status(run_row(run_id="b"), "failed"))
     store.runs.append(with_status(run_row(run_id="c"), "interrupted"))
@@ -109,18 +112,17 @@ def test_resume_bookkeeping(tmp_path: Path) -> None:
     assert store.runs.finished_ids() == {"a", "b", "e"}
     assert store.drop_retried() == 2
     assert [r.run_id for r in store.runs.rows()] == ["a", "b", "e"]
-    assert pd.read_csv(store.runs.csv)["run_id"].tolist() == ["a", "b", "e"]
+    assert [r.run_id for r in ResultStore(tmp_path).runs.rows()] == ["a", "b", "e"]
 
 
-def test_sweep_json_holds_meta_and_rows_as_valid_json(tmp_path: Path) -> None:
+def test_the_store_holds_meta_and_rows_as_valid_json_lines(tmp_path: Path) -> None:
     store = ResultStore(tmp_path)
     store.create({"sweep_id": "s", "config": {"device": "cpu"}})
     store.runs.append(with_status(run_row(), "timeout"))
     store.write_meta({"sweep_id": "s", "state": "complete"})
-    text = store.sweep_json.read_text()
+    text = store.path.read_text()
     assert "NaN" not in text  # not JSON; Python's json would write it for a float NaN
-    document = json.loads(text)
-    assert document["state"] == "complete"
-    assert document["runs"][0]["throughput"] is None
-    assert document["runs"][0]["status"] == "timeout"
-    assert store.read_meta()["sweep_id"] == "s"
+    meta, run, state = (json.loads(line) for line in text.splitlines())
+    assert state == {"meta": {"state": "complete"}}
+    assert run["run"]["throughput"] is None and run["run"]["status"] == "timeout"
+    assert ResultStore(tmp_path).read_meta() == {**meta["meta"], "state": "complete"}

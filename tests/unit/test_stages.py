@@ -16,6 +16,7 @@ from bench import scaling, stages
 from bench.config import ConfigError, Environment, HorovodStatus
 from bench.launchers import ExecResult
 from bench.rank import wire
+from bench.results import ResultStore
 from bench.spec import ProbeSpec, RunSpec
 
 
@@ -100,7 +101,7 @@ def test_sweep_stores_every_run_and_reports(tmp_path: Path, machine) -> None:  #
     assert rows["horovod-n2-fp32-nchw-r1"].error == "horovodrun not found"
     assert rows["ddp-n2-fp32-nchw-r0"].throughput == pytest.approx(16 * 4 / 1.0)
     assert sweep.store.probes.rows()[0].algbw_gbps == pytest.approx(0.5)  # 100 MB / 0.2 s
-    meta = json.loads(sweep.store.sweep_json.read_text())
+    meta = ResultStore(sweep.store.directory).read_meta()
     assert meta["state"] == "complete" and len(meta["planned_runs"]) == 8
     assert "| ddp | fp32-nchw | 2 |" in (sweep.store.directory / "report.md").read_text()
 
@@ -113,7 +114,7 @@ def test_interrupt_then_resume(tmp_path: Path, machine) -> None:  # type: ignore
     directory = sweep.store.directory
     rows = {r.run_id: r.status for r in sweep.store.runs.rows()}
     assert rows == {"ddp-n1-fp32-nchw-r0": "ok", "ddp-n1-fp32-nchw-r1": "interrupted"}
-    assert json.loads((directory / "sweep.json").read_text())["state"] == "interrupted"
+    assert ResultStore(directory).read_meta()["state"] == "interrupted"
     assert (directory / "report.md").exists()
 
     # The interrupted run's output, as its launch left it: kept when it is measured again.
@@ -143,8 +144,8 @@ def test_a_full_disk_keeps_the_stored_runs_leaves_no_lock_or_temporary_file_and_
     real_fsync = results.os.fsync
 
     def fsync_until_full(fd: int) -> None:  # the disk fills once the first run is stored
-        views = directory / "runs.csv"
-        if views.exists() and "ddp-n1-fp32-nchw-r0" in views.read_text(errors="replace"):
+        store = directory / "sweep.jsonl"
+        if store.exists() and store.read_text(errors="replace").count('{"run": ') > 1:
             raise OSError(errno.ENOSPC, "No space left on device")
         real_fsync(fd)
 
@@ -166,6 +167,7 @@ def test_a_full_disk_keeps_the_stored_runs_leaves_no_lock_or_temporary_file_and_
 
 
 def test_resume_refuses_a_config_that_does_not_load(tmp_path: Path, machine) -> None:  # type: ignore[no-untyped-def]
+    # as an earlier version saved it: one sweep.json document, read into the store
     saved = {"sweep_id": "s", "config": {"steps": 8}, "runs": [], "probes": []}
     (tmp_path / "sweep.json").write_text(json.dumps(saved))
     with pytest.raises(ConfigError, match="its configuration does not load"):

@@ -168,7 +168,7 @@ class CheckedImage:
     unavailable: Mapping[str, str] = field(default_factory=dict)  # launcher -> why not here
 
     def system(self) -> dict[str, Any]:
-        """The image's entry in sweep.json's system record."""
+        """The image's entry in sweep.jsonl's system record."""
         keep = ("python", "torch", "torch_cuda", "nccl", "horovod", "gpus", "gpu_name")
         return {
             "image_id": self.image_id,
@@ -250,7 +250,7 @@ class DockerWrapper:
         return (image.unavailable if image else on_host).get(spec.launcher, "")
 
     def record(self, system: dict[str, Any]) -> None:
-        """The images in sweep.json's system record."""
+        """The images in sweep.jsonl's system record."""
         if self.checked:
             system["containers"] = {r: i.system() for r, i in self.checked.items()}
 

@@ -8,7 +8,7 @@ change the image between repeats); all nodes hold the same image. Then the node 
 torch, see the GPUs on a GPU sweep, and Horovod where that launcher runs in the image. Every
 problem is listed at once (ConfigError: exit status 2). What it finds: each image's digest
 (pinned on each run and recorded per row), its interpreter and horovodrun (the launches use
-them), and its torch/CUDA/NCCL/Horovod versions (sweep.json's system record).
+them), and its torch/CUDA/NCCL/Horovod versions (sweep.jsonl's system record).
 """
 
 from __future__ import annotations
