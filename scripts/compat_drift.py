@@ -11,14 +11,17 @@ for torch, torchvision, CuPy and nvidia-ml-py. Each finding has a severity:
 
   BREAKING     a default install would fail: a default-stack package or version missing from
                NVIDIA's index (cuda-drivers-<branch>, cuda-toolkit-<X>-<Y>, cudnn9-cuda-<major> and
-               its libraries at <cudnn>-1, libnccl2/libnccl-dev at <nccl>+cuda<release>), the listed
-               key file missing or with another fingerprint, the pinned torch/torchvision wheel
-               missing for the default Python, the pinned CuPy missing from PyPI
+               its libraries at <cudnn>-1, libnccl2/libnccl-dev at <nccl>+cuda<release>, and where
+               the OS lists dcgm, datacenter-gpu-manager-4-core, -proprietary and -cuda<major> at
+               dcgm_version), the listed key file missing or with another fingerprint, the pinned
+               torch/torchvision wheel missing for the default Python, the pinned CuPy missing
+               from PyPI
   WARNING      worth a look, nothing breaks by default: an unverified key (`key: null`: the role
                already refuses that OS with its own message, so this is not fatal), a wheel
                missing for a non-default Python, a yanked pin
   BEHIND       upstream has more: a newer driver branch or CUDA release, a newer cuDNN/NCCL build
-               for the default CUDA, a newer torch/torchvision/CuPy on the index or PyPI
+               for the default CUDA, a newer DCGM, a newer torch/torchvision/CuPy on the index or
+               PyPI
   STALE        a listed branch or CUDA release that is no longer in the index
   UNREACHABLE  a source could not be read (the URL is named)
   INFO / OK    context, and checks that passed
@@ -256,11 +259,25 @@ def offered(versions: set[str], limit: int = 6) -> str:
     return f"offered: {'..., ' if len(ranked) > limit else ''}{shown}"
 
 
+def dcgm_cuda_major(compat: dict, branch: str) -> str:
+    """The CUDA major of a driver branch, whose DCGM package roles/dcgm installs: that of the newest
+    release in compat.yml's cuda table that ships with the branch or an older one (R580 -> 13.0 ->
+    "13"; roles/dcgm/vars/main.yml's dcgm_cuda_major)."""
+    shipped = [r for r, e in compat["cuda"].items() if int(e["ships_with"]) <= int(branch)]
+    return shipped[-1].split(".")[0] if shipped else ""
+
+
+DCGM_COMMON = ("datacenter-gpu-manager-4-core", "datacenter-gpu-manager-4-proprietary")
+
+
 def default_stack(compat: dict, distro: str) -> dict[str, str]:
     """{package: version} a default install takes from NVIDIA's repo on this OS ("" = any
     version): the default branch's cuda-drivers, the default CUDA's toolkit, cuDNN 9 for its major
-    and the NCCL build for it (the roles' package names: roles/cudnn/vars, roles/nccl/vars)."""
-    default = compat["distros"][distro]["default"]
+    and the NCCL build for it, and where the OS has DCGM (compat.yml's distros.<os>.dcgm) its
+    three packages for the branch's CUDA major at dcgm_version (the roles' package names:
+    roles/cudnn/vars, roles/nccl/vars, roles/dcgm/vars)."""
+    entry = compat["distros"][distro]
+    default = entry["default"]
     cuda = default["cuda"]
     major, minor = cuda.split(".")
     cudnn = f"{compat['cuda_major'][major]['cudnn']}-1"
@@ -270,6 +287,10 @@ def default_stack(compat: dict, distro: str) -> dict[str, str]:
     nccl = compat["cuda"][cuda].get("nccl")
     if nccl:
         stack["libnccl2"] = stack["libnccl-dev"] = f"{nccl}+cuda{cuda}"
+    dcgm = compat["cuda_major"].get(dcgm_cuda_major(compat, default["branch"]), {})
+    if entry.get("dcgm") and "dcgm" in dcgm:
+        for name in (*DCGM_COMMON, dcgm["dcgm"]):
+            stack[name] = dcgm["dcgm_version"]
     return stack
 
 
@@ -337,6 +358,11 @@ def check_nvidia_index(
     top = newest(builds)
     if nccl and top and debian_version_key(top) > debian_version_key(nccl):
         add("BEHIND", "libnccl2", f"{top} is newer than the pinned {nccl}+cuda{cuda}")
+    dcgm = compat["cuda_major"].get(dcgm_cuda_major(compat, default["branch"]), {})
+    latest = newest(packages.get(DCGM_COMMON[0], set()))
+    pin = dcgm.get("dcgm_version") if entry.get("dcgm") else None
+    if pin and latest and debian_version_key(latest) > debian_version_key(pin):
+        add("BEHIND", DCGM_COMMON[0], f"{latest} is newer than the pinned {pin}")
     return found
 
 

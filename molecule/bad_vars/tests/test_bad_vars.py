@@ -137,6 +137,13 @@ CASES: dict[str, tuple[dict, str, str]] = {
         "cuda_toolkit_version",
         f"needs driver branch {COMPAT['cuda']['13.0']['min_branch']}",
     ),
+    # CUDA 13.5 is in compat.yml's cuda table but has no NCCL build: no OS lists it, so the toolkit
+    # refuses it (were one to list it, nccl would, having no default nccl_version for it).
+    "CUDA 13.5, which has no NCCL build": (
+        {"cuda_toolkit_version": "13.5"},
+        "cuda_toolkit_version",
+        "NVIDIA publishes no CUDA 13.5",
+    ),
     "CUDA 11": (
         {"cuda_toolkit_version": "11.8"},
         "cuda_toolkit_version",
