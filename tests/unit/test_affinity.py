@@ -3,6 +3,7 @@ column, and the rank pinning itself (on CPU, with a stand-in for NVML's answer).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import dataclasses
 import os
@@ -131,10 +132,9 @@ def restored_affinity() -> Iterator[set[int]]:
         yield allowed
     finally:
         os.sched_setaffinity(0, allowed)
-        for task in set(os.listdir("/proc/self/task")) - threads_before:
-            os.sched_setaffinity(int(task), allowed)
-        for task in threads_before:
-            os.sched_setaffinity(int(task), allowed)
+        for task in set(os.listdir("/proc/self/task")) | threads_before:
+            with contextlib.suppress(ProcessLookupError):  # a thread that ended meanwhile
+                os.sched_setaffinity(int(task), allowed)
 
 
 def stand_in_nvml(monkeypatch: pytest.MonkeyPatch, by_gpu: dict[int, set[int]]) -> list[str]:
