@@ -31,6 +31,7 @@ Layout of a sweep directory:
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import os
 from collections.abc import Iterator
@@ -239,8 +240,9 @@ class ResultStore:
         return [f"{path.name} (an earlier version's) read into {STORE}", *skipped]
 
     def read_meta(self) -> dict[str, Any]:
+        """A copy of the metadata: changing it changes the store only through write_meta."""
         self.load()
-        return dict(self.meta or {})
+        return copy.deepcopy(self.meta or {})
 
     def write_meta(self, meta: dict[str, Any]) -> None:
         """Record the keys of the sweep's metadata that changed (the rows stay)."""

@@ -3,6 +3,7 @@ column, and the rank pinning itself (on CPU, with a stand-in for NVML's answer).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import dataclasses
 import os
@@ -18,7 +19,7 @@ from bench import rows
 from bench.launchers import ExecResult
 from bench.options import parse_request
 from bench.plan import local_placement, plan_sweep, why_not_runnable
-from bench.rank import affinity, wire
+from bench.rank import affinity
 from bench.rank.affinity import (
     cores_of_mask,
     format_cpu_list,
@@ -27,6 +28,7 @@ from bench.rank.affinity import (
     rank_cores,
 )
 from bench.schema import RunRow, knob_columns
+from bench.shared import wire
 from bench.spec import Variant
 
 
@@ -131,10 +133,9 @@ def restored_affinity() -> Iterator[set[int]]:
         yield allowed
     finally:
         os.sched_setaffinity(0, allowed)
-        for task in set(os.listdir("/proc/self/task")) - threads_before:
-            os.sched_setaffinity(int(task), allowed)
-        for task in threads_before:
-            os.sched_setaffinity(int(task), allowed)
+        for task in set(os.listdir("/proc/self/task")) | threads_before:
+            with contextlib.suppress(ProcessLookupError):  # a thread that ended meanwhile
+                os.sched_setaffinity(int(task), allowed)
 
 
 def stand_in_nvml(monkeypatch: pytest.MonkeyPatch, by_gpu: dict[int, set[int]]) -> list[str]:
