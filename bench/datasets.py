@@ -17,7 +17,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench.rank.loaders.folder import DatasetError, list_images
+from bench.shared.folder import DatasetError, list_images
 
 
 def parse_size(text: str) -> tuple[int, int]:

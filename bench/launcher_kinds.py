@@ -33,7 +33,7 @@ class Argv(enum.Enum):
     HOROVODRUN = "horovodrun"  # one horovodrun that starts every rank (-H host:slots)
     PLAIN = "python"  # one process, no launcher
     # one process per node, no launcher; several nodes find each other through the TF_CONFIG
-    # each process gets (bench.rank.tf_rules.tf_config)
+    # each process gets (bench.shared.tf_rules.tf_config)
     PER_NODE = "python-per-node"
     # one spawner per node (bench.launchers.per_gpu) that starts one rank per GPU of its node,
     # each a run of world size 1 on its own GPU: no process group, nothing exchanged

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 
 from bench.launcher_kinds import TORCH_PACKAGE, launcher_kind
 from bench.launchers.sites import probe_json
-from bench.rank.loaders import LOADERS, TF_DATA
+from bench.shared.loaders import LOADERS, TF_DATA
 from bench.spec import NO_LOADER, SYNTHETIC
 
 DEFAULT_ORDER = ("dali", "nvimgcodec", "nvjpeg", "torch")

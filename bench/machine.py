@@ -10,7 +10,7 @@ and TF32 support mean the same on one machine and on a cluster.
 The sweep's record of the machine it ran on is here too (`collect_system_info`, saved once per
 sweep in sweep.jsonl: GPU models, driver, memory, `nvidia-smi topo -m`, torch/CUDA/cuDNN/NCCL/
 Horovod versions, NCCL_* and related environment variables, host, CPU, git SHA); the GPU
-telemetry sampled during a run's timed window lives with the ranks (bench.rank.telemetry).
+telemetry sampled during a run's timed window lives with the ranks (bench.shared.telemetry).
 
 Importable without torch: torch is imported inside the functions that query it.
 """
@@ -382,7 +382,7 @@ def _text(value: str | bytes) -> str:
 def software_versions() -> dict[str, Any]:
     import torch
 
-    from bench.rank import models
+    from bench.shared import models
 
     facts = torch_facts(gpus=False)
     versions: dict[str, Any] = {

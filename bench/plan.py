@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from bench.launcher_kinds import TENSORFLOW_PACKAGE, launcher_kind
-from bench.rank import tf_rules
+from bench.shared import tf_rules
 from bench.spec import (
     LOCAL_HOST,
     SYNTHETIC,

@@ -21,9 +21,9 @@ from typing import Any
 from bench import stats
 from bench.launcher_kinds import TENSORFLOW_PACKAGE, launcher_kind
 from bench.launchers import ExecResult
-from bench.rank import tf_rules, wire
-from bench.rank.telemetry import merge_telemetry
 from bench.schema import ProbeRow, RunRow, Status, knob_values
+from bench.shared import tf_rules, wire
+from bench.shared.telemetry import merge_telemetry
 from bench.spec import HostSlots, ProbeSpec, RunSpec, most_slots
 
 OOM_PATTERNS = ("out of memory", "outofmemoryerror", "cublas_status_alloc_failed")
@@ -251,7 +251,7 @@ def run_row(
 def row_specs(spec: RunSpec, ran_on: str = "") -> list[tuple[RunSpec, int | None]]:
     """The rows a launch records, each as (the spec it is the row of, its GPU index): the
     launch itself, or under the per-gpu launcher a one-GPU run per GPU of the placement, slot
-    by slot (bench.rank.wire.result_id), on its node (`ran_on`: the hosts the launch ran on,
+    by slot (bench.shared.wire.result_id), on its node (`ran_on`: the hosts the launch ran on,
     ExecResult.hosts, when they are not the planned ones: Slurm's)."""
     if not launcher_kind(spec.launcher).independent:
         return [(spec, None)]

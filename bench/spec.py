@@ -1,7 +1,8 @@
 """The vocabulary the controller and the ranks share: what a run is, as pure data.
 
-`bench.rank` (the per-rank code started by torchrun/horovodrun) imports this module and nothing
-else of the controller, so a rank process never loads the planner, the launchers or the report.
+`bench.rank` (the per-rank code started by torchrun/horovodrun) imports this module, the launcher
+registry and `bench.shared` and nothing else of the controller, so a rank process never loads the
+planner, the launchers or the report.
 A `RunSpec` (or `ProbeSpec`) travels to the ranks as one shell-safe `--spec` argument.
 
 Every knob is declared once, as a field of `Variant` (the axes a sweep may A/B, each a comma
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Self
 
 from bench.launcher_kinds import launcher_kind
-from bench.rank.loaders import LOADERS  # input pipelines for --data DIR (torch-free registry)
+from bench.shared.loaders import LOADERS  # input pipelines for --data DIR (torch-free registry)
 
 PRECISIONS = ("fp32", "tf32", "amp-fp16", "amp-bf16")
 LOCAL_HOST = "localhost"

@@ -47,11 +47,11 @@ from bench.machine import collect_system_info
 from bench.machine_defaults import chosen_defaults, resolve
 from bench.plan import local_placement, plan_probes, plan_sweep, why_not_runnable
 from bench.preflight import cluster_problems
-from bench.rank import models
 from bench.report import per_gpu
 from bench.results import ResultStore
 from bench.resume import Saved, open_saved
 from bench.schema import ProbeRow, Status
+from bench.shared import models
 from bench.spec import ProbeSpec, RunSpec, runs_on_host
 from bench.sweep_lock import SweepLock, acquire
 

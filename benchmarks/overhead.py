@@ -61,8 +61,8 @@ def minimal_loop(args: argparse.Namespace) -> None:
     (with Horovod, plus the row-major views channels_last needs: bench.rank.layout)."""
     import torch
 
-    from bench.rank.models import build_model
     from bench.rank.worker import configure_fp32_math
+    from bench.shared.models import build_model
 
     cuda = args.device == "cuda"
     horovod = args.launcher == "horovod"

@@ -73,7 +73,7 @@ def one_variant(setup: Setup, batch: int, args: argparse.Namespace) -> dict:
     """Runs in its own process: build, warm up (compile), time the windows."""
     import torch
 
-    from bench.rank.models import build_model
+    from bench.shared.models import build_model
 
     cuda = args.device == "cuda"
     device = torch.device("cuda", 0) if cuda else torch.device("cpu")

@@ -25,7 +25,7 @@ from typing import Protocol
 
 from bench.launcher_kinds import DDP, LauncherKind, launcher_kind
 from bench.paths import REPO_ROOT, bench_pythonpath
-from bench.rank.lifeline import DIE_WITH_PARENT_VAR
+from bench.shared.lifeline import DIE_WITH_PARENT_VAR
 from bench.spec import SYNTHETIC, Placed, Placement, ProbeSpec, RunSpec
 
 PROBE_MODULE = "bench.rank.probe"
@@ -127,7 +127,7 @@ def rank_environment(threads: int, device: str, sweep_id: str = "") -> dict[str,
     a user's own NCCL_DEBUG wins.
     """
     env = {
-        DIE_WITH_PARENT_VAR: "1",  # each rank dies with its launcher (bench.rank.lifeline)
+        DIE_WITH_PARENT_VAR: "1",  # each rank dies with its launcher (bench.shared.lifeline)
         "OMP_NUM_THREADS": str(threads),
         "MKL_NUM_THREADS": str(threads),
         "PYTHONUNBUFFERED": "1",
@@ -138,7 +138,7 @@ def rank_environment(threads: int, device: str, sweep_id: str = "") -> dict[str,
     if device == "cuda" and "CUDA_DEVICE_ORDER" not in os.environ:
         # GPUs numbered as nvidia-smi and NVML number them (CUDA's default is fastest first:
         # CUDA Programming Guide, "CUDA Environment Variables", checked 2026-11-25), so a
-        # rank's GPU i is NVML's (bench.rank.telemetry.visible_nvml_handle)
+        # rank's GPU i is NVML's (bench.shared.telemetry.visible_nvml_handle)
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     if sweep_id:
         env[SWEEP_TAG_VAR] = sweep_id

@@ -70,7 +70,7 @@ from bench.launchers.stop import STOP, StopPolicy
 from bench.launchers.versions import check_versions, components_for
 from bench.machine import NodeInfo, environment_of, survey_records
 from bench.paths import bench_pythonpath
-from bench.rank.tf_rules import TF_CONFIG_VAR, tf_config
+from bench.shared.tf_rules import TF_CONFIG_VAR, tf_config
 from bench.spec import HostSlots, Placement, ProbeSpec, RunSpec, format_hosts
 
 

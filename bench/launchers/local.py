@@ -31,7 +31,7 @@ from bench.launchers.argv import (
 from bench.launchers.stop import STOP, StopPolicy, stop_tree
 from bench.machine import tensorflow_env
 from bench.paths import REPO_ROOT
-from bench.rank.lifeline import die_with_parent
+from bench.shared.lifeline import die_with_parent
 from bench.spec import LOCAL_HOST, ProbeSpec, RunSpec, format_hosts
 
 _INTERRUPTS = (signal.SIGINT, signal.SIGTERM)
@@ -88,7 +88,7 @@ def execute(
     record the run as interrupted; one that lands while the child is being started waits until
     the child exists and can be stopped. The child runs in its own session: a terminal's Ctrl-C
     reaches only the sweep, which decides what to stop. It dies with this process
-    (PR_SET_PDEATHSIG), and so do its ranks (bench.rank.lifeline): a controller killed with
+    (PR_SET_PDEATHSIG), and so do its ranks (bench.shared.lifeline): a controller killed with
     SIGKILL leaves none.
     """
 

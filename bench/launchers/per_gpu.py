@@ -3,12 +3,12 @@ launcher's process on each node (its command line: bench.launchers.argv.node_arg
 
 It starts COMMAND once per GPU of the node, all at once, each pinned to its GPU as torchrun pins
 a rank (LOCAL_RANK=i, LOCAL_WORLD_SIZE=N; bench.rank.engines sets the device) in a world of its
-own (RANK=0, WORLD_SIZE=1), with its slot K+i (bench.rank.wire.SLOT_VAR). Nothing connects the
+own (RANK=0, WORLD_SIZE=1), with its slot K+i (bench.shared.wire.SLOT_VAR). Nothing connects the
 processes.
 Each line one writes comes out prefixed with its slot in one write(2), so the controller gives
 every GPU its own row and error. A process that fails leaves the others running; once all have
 ended, the exit status is the first failure's (128 + N for a signal), or 0. The processes die
-with this one (PR_SET_PDEATHSIG), and it with its launcher (bench.rank.lifeline).
+with this one (PR_SET_PDEATHSIG), and it with its launcher (bench.shared.lifeline).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import threading
 from collections.abc import Sequence
 from typing import BinaryIO
 
-from bench.rank.lifeline import die_with_parent
-from bench.rank.wire import SLOT_VAR, slot_prefix
+from bench.shared.lifeline import die_with_parent
+from bench.shared.wire import SLOT_VAR, slot_prefix
 
 MODULE = "bench.launchers.per_gpu"
 

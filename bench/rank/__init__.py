@@ -1,9 +1,10 @@
 """The per-rank side: what torchrun/horovodrun start on every rank.
 
-These modules import only each other and `bench.spec` (never the controller: config, plan,
-launchers, report), so a rank process loads no more than it runs.
+These modules import only each other and the vocabulary the controller shares (`bench.spec`,
+`bench.launcher_kinds`, `bench.shared`), never the controller (config, plan, launchers,
+report), so a rank process loads no more than it runs; the controller imports none of them.
 """
 
-from bench.rank.lifeline import arm_from_environment
+from bench.shared.lifeline import arm_from_environment
 
 arm_from_environment()  # first thing in a rank: it dies with its launcher (see lifeline)

@@ -24,7 +24,7 @@ import os
 import sys
 from collections.abc import Callable, Iterable, Sequence, Set
 
-from bench.rank.telemetry import nvml_handle
+from bench.shared.telemetry import nvml_handle
 
 WORD_BITS = 64  # CPUs per word of NVML's CPU-affinity bitmask (see above)
 

@@ -21,7 +21,8 @@ import torch
 import torch.distributed as dist
 
 from bench.launcher_kinds import launcher_kind
-from bench.rank import layout, wire
+from bench.rank import layout
+from bench.shared import wire
 from bench.spec import Workload
 
 
@@ -33,7 +34,7 @@ class DistInfo:
     device: torch.device
     backend: str  # "nccl" or "gloo"; DataParallel: "nccl" on GPUs (torch.cuda.comm), "none" on CPU
     devices: int = 1  # GPUs this process drives: 1, or all of them under DataParallel
-    # per-gpu: this GPU's slot in the launch (bench.rank.wire.SLOT_VAR), which keys its result
+    # per-gpu: this GPU's slot in the launch (bench.shared.wire.SLOT_VAR), which keys its result
     # and its faults; None where the ranks make one run together
     slot: int | None = None
     # processes on this node (local ranks 0..local_size-1 drive CUDA devices in that order):

@@ -12,7 +12,7 @@ it) to make chosen ranks fail after their warm-up steps:
 
 A fault only fires in runs where that rank exists (exit@1 leaves 1-rank runs alone). Under the
 per-gpu launcher, whose ranks are each rank 0 of their own run, the number after @ is the GPU's
-slot (bench.rank.wire.SLOT_VAR): slow@1 slows the second GPU.
+slot (bench.shared.wire.SLOT_VAR): slow@1 slows the second GPU.
 """
 
 from __future__ import annotations

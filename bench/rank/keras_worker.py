@@ -1,14 +1,14 @@
 """The TensorFlow rank: `python -m bench.rank.keras_worker --spec <encoded RunSpec>`.
 
 One process per node trains Keras 3's ResNet-50 over that node's devices with
-tf.distribute.MirroredStrategy; when TF_CONFIG names several workers (bench.rank.tf_rules
+tf.distribute.MirroredStrategy; when TF_CONFIG names several workers (bench.shared.tf_rules
 builds it), MultiWorkerMirroredStrategy spans the nodes and this process is the rank TF_CONFIG's
 task index says. What the run may ask is checked first (tf_rules.why_not_runnable).
 
 The loop is bench.rank.worker's: the same SGD (lr 0.01, momentum 0.9) on the mean cross-entropy
 of the global batch (per-replica batch x replicas), warm-up untimed (bench.rank.timing), the
 data wait timed apart from the step, every rank timing its window, and rank 0 printing every
-rank's report through bench.rank.wire, so the controller reads a tf run as any other. A "rank"
+rank's report through bench.shared.wire, so the controller reads a tf run as any other. A "rank"
 here is a worker process: its report counts the images of all its replicas.
 """
 
@@ -28,12 +28,13 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from bench.rank import faults, timing, wire
-from bench.rank.lifeline import exit_rank
-from bench.rank.loaders import MEAN, RATIO, SCALE, STD
-from bench.rank.loaders.folder import list_images
-from bench.rank.telemetry import GpuSampler, merge_telemetry, visible_nvml_handle
-from bench.rank.tf_rules import (
+from bench.rank import faults, timing
+from bench.shared import wire
+from bench.shared.folder import list_images
+from bench.shared.lifeline import exit_rank
+from bench.shared.loaders import MEAN, RATIO, SCALE, STD
+from bench.shared.telemetry import GpuSampler, merge_telemetry, visible_nvml_handle
+from bench.shared.tf_rules import (
     POLICIES,
     backend,
     synthetic_batches,
@@ -165,7 +166,7 @@ def synthetic_input(strategy: tf.distribute.Strategy, spec: RunSpec, place: Plac
 
 
 def folder_input(strategy: tf.distribute.Strategy, spec: RunSpec) -> Iterator:
-    """An ImageFolder (bench.rank.loaders.folder's file list and labels) through tf.data:
+    """An ImageFolder (bench.shared.folder's file list and labels) through tf.data:
     each worker its shard, reshuffled every epoch; read, decode_jpeg, random resized crop
     (area 0.08-1, aspect 3/4-4/3), flip and ImageNet normalisation in parallel, prefetched."""
     load = spec.workload

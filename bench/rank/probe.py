@@ -14,10 +14,10 @@ import time
 import torch
 import torch.distributed as dist
 
-from bench.rank import wire
 from bench.rank.engines import DdpEngine
-from bench.rank.lifeline import exit_rank
 from bench.rank.profiling import synchronize
+from bench.shared import wire
+from bench.shared.lifeline import exit_rank
 from bench.spec import ProbeSpec
 
 WARMUP = 3

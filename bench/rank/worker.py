@@ -3,7 +3,7 @@
 Started by torchrun (DDP), horovodrun (Horovod) or directly (DataParallel: one process for all
 GPUs); bench.rank.engines holds the only lines that differ. Warm-up steps run untimed; then every
 rank times the same number of steps, and rank 0 gathers all ranks' timings and prints them for
-the launcher (bench.rank.wire). With --profile, a few more steps after the timed window are
+the launcher (bench.shared.wire). With --profile, a few more steps after the timed window are
 traced (bench.rank.profiling); NVTX ranges mark the phases and steps on GPUs.
 
 Input: synthetic batches (the default, like the reference harnesses) or an ImageFolder read by
@@ -28,14 +28,15 @@ from typing import Any
 
 import torch
 
-from bench.rank import engines, faults, timing, wire
+from bench.rank import engines, faults, timing
 from bench.rank.affinity import pin_rank
 from bench.rank.checkpointing import checkpoint_stages
-from bench.rank.lifeline import exit_rank
-from bench.rank.loaders import LoaderRequest, loader_named
-from bench.rank.models import build_model, gradient_bytes
 from bench.rank.profiling import nvtx_range, profile_steps, synchronize
-from bench.rank.telemetry import GpuSampler, merge_telemetry
+from bench.shared import wire
+from bench.shared.lifeline import exit_rank
+from bench.shared.loaders import LoaderRequest, loader_named
+from bench.shared.models import build_model, gradient_bytes
+from bench.shared.telemetry import GpuSampler, merge_telemetry
 from bench.spec import SYNTHETIC, RunSpec, Variant
 
 AMP_DTYPES = {"amp-fp16": torch.float16, "amp-bf16": torch.bfloat16}

@@ -11,12 +11,12 @@ import math
 from collections.abc import Sequence
 
 from bench import stats
-from bench.rank.telemetry import SLOWDOWN_REASONS
 from bench.report.comparison import flop_bounds
 from bench.report.epochs import claim_fit, fit_text, measured_fits
 from bench.report.summary import ScalingPoint, counted, rows_of
 from bench.report.tables import num, pct
 from bench.schema import RunRow
+from bench.shared.telemetry import SLOWDOWN_REASONS
 
 # Thresholds, each stated in the report beside the flags it raises.
 CV_THRESHOLD = 0.05  # launches of one configuration whose img/s varies more are "noisy"

@@ -38,7 +38,7 @@ class GpuVerdict:
     published_source: str
     vs_published: float | None  # throughput / published - 1
     verdict: str  # "ok", "SLOW vs node median", "SLOW vs published", ..., "FAILED", "OOM"
-    # why it may be slow, from its timed window's telemetry (bench.rank.telemetry; GPUs only)
+    # why it may be slow, from its timed window's telemetry (bench.shared.telemetry; GPUs only)
     sm_clock_mhz_mean: float | None
     throttle_reasons: str
     status: str

@@ -18,7 +18,7 @@ import sys
 import torch
 
 from bench.rank import engines, worker
-from bench.rank.lifeline import exit_rank
+from bench.shared.lifeline import exit_rank
 from bench.spec import Workload
 
 STEPS = 3

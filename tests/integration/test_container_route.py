@@ -26,9 +26,9 @@ import pytest
 from integration_support import REPO, TINY, unavailable
 
 from bench.launchers.docker import LABEL
-from bench.rank import wire
 from bench.rank.faults import ENV_VAR as FAULT_VAR
 from bench.results import ResultStore
+from bench.shared import wire
 from bench.spec import container_label
 
 pytestmark = pytest.mark.slow

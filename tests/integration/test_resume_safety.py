@@ -1,7 +1,7 @@
 """A killed controller and a damaged sweep directory, with real CPU sweeps.
 
 kill -9 of `python -m bench.scaling` leaves no process of its launches alive after 2 s (the
-launcher and every rank die with it: bench.rank.lifeline); `--resume` then takes over the dead
+launcher and every rank die with it: bench.shared.lifeline); `--resume` then takes over the dead
 controller's lock, reads the store with its last line cut short (named and left out) and writes a
 damaged runs.parquet again, keeps every finished row as it was and measures only what did not
 finish.

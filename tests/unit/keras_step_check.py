@@ -18,7 +18,7 @@ import hashlib
 import sys
 from typing import TYPE_CHECKING, Any
 
-from bench.rank.tf_rules import synthetic_batches, worker_of
+from bench.shared.tf_rules import synthetic_batches, worker_of
 from bench.spec import NO_LOADER, HostSlots, RunSpec, Variant, Workload
 
 if TYPE_CHECKING:

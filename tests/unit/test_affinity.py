@@ -19,7 +19,7 @@ from bench import rows
 from bench.launchers import ExecResult
 from bench.options import parse_request
 from bench.plan import local_placement, plan_sweep, why_not_runnable
-from bench.rank import affinity, wire
+from bench.rank import affinity
 from bench.rank.affinity import (
     cores_of_mask,
     format_cpu_list,
@@ -28,6 +28,7 @@ from bench.rank.affinity import (
     rank_cores,
 )
 from bench.schema import RunRow, knob_columns
+from bench.shared import wire
 from bench.spec import Variant
 
 

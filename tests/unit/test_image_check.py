@@ -36,11 +36,11 @@ from bench.launchers.stop import StopPolicy, stop_script
 from bench.machine import NodeInfo, survey_line
 from bench.options import parse_request
 from bench.plan import local_placement, plan_sweep
-from bench.rank import wire
 from bench.report.document import container_section
 from bench.report.summary import summarise
 from bench.rows import run_row as row_of
 from bench.scaling import wants_horovod_check
+from bench.shared import wire
 from bench.spec import NO_CONTAINER, NO_LOADER, HostSlots, Variant, container_label, runs_on_host
 from bench.stages import Sweep, unavailable_reason
 

@@ -1,5 +1,5 @@
 """The TensorFlow rank (bench.rank.keras_worker) on CPU: its step against plain Keras, its row
-through bench.rank.wire, two workers under TF_CONFIG; and what it refuses (bench.rank.tf_rules).
+through bench.shared.wire, two workers under TF_CONFIG; and what it refuses (bench.shared.tf_rules).
 
 The TensorFlow tests need tensorflow-cpu (constraints.txt; scripts/test.sh installs it): they
 skip without it, and fail under GPURIG_REQUIRE_ALL_TESTS=1 (CI) so nothing passes by skipping.
@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from bench import datasets
-from bench.rank import wire
-from bench.rank.tf_rules import tf_config, why_not_runnable, worker_of
+from bench.shared import wire
+from bench.shared.tf_rules import tf_config, why_not_runnable, worker_of
 from bench.spec import NO_LOADER, HostSlots, RunSpec, Variant
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -178,7 +178,7 @@ def test_refused_run_exits_with_the_reason() -> None:
 
 @pytest.mark.usefixtures("tensorflow")
 def test_image_folder_through_tf_data_prints_a_row_the_controller_reads(tmp_path: Path) -> None:
-    """One worker reading an ImageFolder through tf.data: the row bench.rank.wire carries.
+    """One worker reading an ImageFolder through tf.data: the row bench.shared.wire carries.
     (The synthetic input's single worker runs in the integration sweeps: test_bench_sweep's tf-n1,
     test_multihost's one-node tf run; one ResNet-50 process fewer here.)"""
     root = tmp_path / "train"

@@ -1,4 +1,7 @@
-"""The package's shape: no import cycle in bench, and the rank side apart from the controller."""
+"""The package's shape: no import cycle in bench, and its layers, lowest first: the vocabulary
+(bench.spec, bench.launcher_kinds and bench.shared) imports only itself; the rank side (bench.rank,
+started by torchrun, horovodrun and the tf launcher) imports only itself and the vocabulary; the
+controller (everything else) imports no rank module: it starts them by module name."""
 
 from __future__ import annotations
 
@@ -6,9 +9,8 @@ import ast
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
-# What rank processes (bench.rank, started by torchrun/horovodrun) may import from bench: the
-# shared vocabulary (what a run is, which launchers there are).
-RANK_MAY_IMPORT = ("bench.rank", "bench.spec", "bench.launcher_kinds")
+VOCABULARY = ("bench.spec", "bench.launcher_kinds", "bench.shared")
+RANK_MAY_IMPORT = ("bench.rank", *VOCABULARY)
 
 
 def module_name(path: Path) -> str:
@@ -96,10 +98,20 @@ def test_rank_side_imports_no_controller_module() -> None:
         assert outside == [], f"{name} imports controller modules {outside}"
 
 
-def test_bench_spec_and_the_launcher_registry_import_no_controller_module() -> None:
+def test_the_vocabulary_imports_only_itself() -> None:
     graph = import_graph()
-    assert all(m.startswith(RANK_MAY_IMPORT) for m in graph["bench.spec"]), graph["bench.spec"]
-    assert graph["bench.launcher_kinds"] == set()
+    vocabulary = [name for name in graph if name.startswith(VOCABULARY)]
+    assert {"bench.spec", "bench.shared.wire", "bench.shared.loaders"} <= set(vocabulary)
+    outside = {n: sorted(m for m in graph[n] if not m.startswith(VOCABULARY)) for n in vocabulary}
+    assert {n: found for n, found in outside.items() if found} == {}
+
+
+def test_the_controller_imports_no_rank_module() -> None:
+    graph = import_graph()
+    controller = [name for name in graph if not name.startswith(RANK_MAY_IMPORT)]
+    assert {"bench.rows", "bench.stages", "bench.launchers.local"} <= set(controller)
+    inside = {n: sorted(m for m in graph[n] if m.startswith("bench.rank")) for n in controller}
+    assert {n: found for n, found in inside.items() if found} == {}
 
 
 MAX_MODULE_LINES = 500

@@ -22,17 +22,10 @@ from PIL import Image
 
 from bench import datasets, loader_support
 from bench.rank import worker
-from bench.rank.loaders import (
-    LOADERS,
-    LoaderRequest,
-    augment,
-    folder,
-    loader_named,
-    nvimgcodec,
-    nvjpeg,
-    torch_loader,
-)
-from bench.rank.models import import_submodule
+from bench.rank.loaders import augment, nvimgcodec, nvjpeg, torch_loader
+from bench.shared import folder
+from bench.shared.loaders import LOADERS, LoaderRequest, loader_named
+from bench.shared.models import import_submodule
 
 CPU = torch.device("cpu")
 
@@ -367,8 +360,8 @@ def test_nvjpeg_batches_cross_from_workers_as_one_buffer(jpeg_folder: Path) -> N
     # One shared-memory segment per file made the loader 10x slower than the GPU decode on the
     # H100 (docs/results/2026-11-25-h100): a batch is three tensors whatever its size, and the
     # views split out of it are the files' bytes.
-    from bench.rank.loaders.folder import list_images
     from bench.rank.loaders.nvjpeg import EncodedImages, collate_encoded, split_encoded
+    from bench.shared.folder import list_images
 
     _, samples = list_images(jpeg_folder)
     items = [EncodedImages(samples)[i] for i in range(5)]

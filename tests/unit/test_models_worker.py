@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 import torch
 
-from bench.rank import engines, models, worker
-from bench.rank.loaders import LoaderRequest
+from bench.rank import engines, worker
+from bench.shared import models
+from bench.shared.loaders import LoaderRequest
 from bench.spec import NO_LOADER, SYNTHETIC
 
 
@@ -215,7 +216,7 @@ def test_exit_rank_flushes_what_the_rank_printed_and_keeps_the_code() -> None:
     # A rank leaves with os._exit (no interpreter finalization, see lifeline.exit_rank): its
     # buffered output (the report on stdout, warnings on stderr) must still arrive.
     code = (
-        "import sys; from bench.rank.lifeline import exit_rank; "
+        "import sys; from bench.shared.lifeline import exit_rank; "
         "print('report', end=''); print('warned', end='', file=sys.stderr); exit_rank(3)"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -21,7 +21,7 @@ from bench.launchers.cluster import ClusterLauncher
 from bench.launchers.local import LocalLauncher
 from bench.machine import NodeInfo
 from bench.plan import local_placement, plan_probes, plan_sweep
-from bench.rank import faults, wire
+from bench.rank import faults
 from bench.report.per_gpu import (
     FLEET_HEADER,
     fleet_table,
@@ -32,6 +32,7 @@ from bench.report.per_gpu import (
 )
 from bench.rows import not_measured_rows, row_specs, run_rows
 from bench.schema import RunRow, Status
+from bench.shared import wire
 from bench.spec import HostSlots
 
 H100 = "NVIDIA H100 80GB HBM3"  # as torch.cuda.get_device_name names it

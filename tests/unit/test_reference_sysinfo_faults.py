@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from bench import machine, reference
-from bench.rank import faults, telemetry
+from bench.rank import faults
+from bench.shared import telemetry
 
 
 @pytest.mark.parametrize(

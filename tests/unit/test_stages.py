@@ -15,8 +15,8 @@ from bench_builders import MODELS, cpu_machine
 from bench import scaling, stages
 from bench.config import ConfigError, Environment, HorovodStatus
 from bench.launchers import ExecResult
-from bench.rank import wire
 from bench.results import ResultStore
+from bench.shared import wire
 from bench.spec import ProbeSpec, RunSpec
 
 

@@ -21,9 +21,9 @@ from bench.launchers.local import LocalLauncher
 from bench.plan import local_placement, plan_sweep, why_not_runnable
 from bench.rank import engines, worker
 from bench.rank.checkpointing import CheckpointedStage, checkpoint_stages, stage_names
-from bench.rank.models import build_model
 from bench.rank.profiling import is_communication, profile_steps, summarise_events
 from bench.results import ResultStore
+from bench.shared.models import build_model
 from bench.spec import NO_LOADER, Variant
 
 

@@ -11,8 +11,8 @@ from bench_builders import config_for, cpu_machine
 from bench import rows
 from bench.launchers import ExecResult
 from bench.plan import local_placement, plan_sweep
-from bench.rank import wire
 from bench.schema import Status
+from bench.shared import wire
 from bench.spec import ProbeSpec
 
 

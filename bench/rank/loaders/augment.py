@@ -25,7 +25,7 @@ import random
 
 import torch
 
-from bench.rank.loaders import MEAN, RATIO, SCALE, STD
+from bench.shared.loaders import MEAN, RATIO, SCALE, STD
 
 # Crop buffer elements (pixels x channels) resized in one pass: 2^28 is 256 crops of 580 x 580
 # (512 MiB in half precision). A batch of larger crops is resized in several passes, its crops

@@ -21,9 +21,9 @@ from typing import Any
 
 import torch
 
-from bench.rank.loaders import MEAN, RATIO, SCALE, STD, LoaderRequest
-from bench.rank.loaders.folder import list_images
 from bench.rank.loaders.torch_loader import no_full_batch
+from bench.shared.folder import list_images
+from bench.shared.loaders import MEAN, RATIO, SCALE, STD, LoaderRequest
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 PREFETCH_QUEUE_DEPTH = 2  # DALI's default: batches decoded ahead

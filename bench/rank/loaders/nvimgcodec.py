@@ -40,9 +40,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from bench.rank.loaders import LoaderRequest
 from bench.rank.loaders.nvjpeg import Batch, decoded_batches, pil_decode, probe_jpeg
 from bench.rank.loaders.nvjpeg import queue_depth as queue_depth
+from bench.shared.loaders import LoaderRequest
 
 # Distribution and module: pip install nvidia-nvimgcodec-cu13 nvidia-nvjpeg (the CUDA 13 build
 # and the nvJPEG library its GPU decoders load; PyPI, checked 2026-11-27)

@@ -27,11 +27,12 @@ from typing import Any
 
 import torch
 
-from bench.rank.loaders import LoaderRequest, torch_loader
+from bench.rank.loaders import torch_loader
 from bench.rank.loaders.augment import augment_batch
-from bench.rank.loaders.folder import list_images
 from bench.rank.loaders.torch_loader import sharded_epochs
-from bench.rank.models import import_submodule
+from bench.shared.folder import list_images
+from bench.shared.loaders import LoaderRequest
+from bench.shared.models import import_submodule
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 EncodedBatch = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # (bytes, lengths, labels)
@@ -267,7 +268,7 @@ def gpu_decode_problem() -> str:
     bench.loader_support before launch: it initialises CUDA)."""
     if not torch.cuda.is_available():
         return "no CUDA device is visible"
-    from bench.rank.models import torchvision_has_compiled_ops, torchvision_version
+    from bench.shared.models import torchvision_has_compiled_ops, torchvision_version
 
     if not torchvision_has_compiled_ops():
         return (

@@ -15,10 +15,10 @@ from typing import Any
 
 import torch
 
-from bench.rank.lifeline import die_with_parent
-from bench.rank.loaders import LoaderRequest
 from bench.rank.loaders.augment import normalize_
-from bench.rank.models import import_submodule
+from bench.shared.lifeline import die_with_parent
+from bench.shared.loaders import LoaderRequest
+from bench.shared.models import import_submodule
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 PREFETCH_FACTOR = 4  # batches ready per worker: uint8 224 px x 128 = 19 MB each
@@ -98,7 +98,7 @@ def batches(request: LoaderRequest) -> Iterator[Batch]:
     dataset = datasets.ImageFolder(
         request.root,
         # PIL explicitly: the default loader asks torchvision's package __init__ for the image
-        # backend, which bench.rank.models may have had to skip (no compiled ops)
+        # backend, which bench.shared.models may have had to skip (no compiled ops)
         loader=datasets.folder.pil_loader,
         transform=transforms.Compose(
             [

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from bench.rank.loaders import TF_DATA
+from bench.shared.loaders import TF_DATA
 from bench.spec import NO_LOADER, SYNTHETIC, RunSpec
 
 TF_CONFIG_VAR = "TF_CONFIG"
