@@ -198,7 +198,7 @@ def test_resume_refuses_other_options(tmp_path: Path, monkeypatch: pytest.Monkey
     assert scaling.main(["--resume", str(tmp_path / "missing")]) == 2
 
 
-# ---- every knob declared once (bench.spec, BenchConfig): parser, row and sweep.json follow
+# ---- every knob declared once (bench.spec, BenchConfig): parser, row and the store follow
 
 
 def test_every_knob_is_an_option_with_its_field_as_dest() -> None:

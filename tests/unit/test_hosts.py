@@ -212,7 +212,7 @@ def test_a_multi_node_option_on_a_single_node_sweep_is_refused_not_ignored(argv)
         cluster_args(argv)
 
 
-def test_hosts_make_a_grid_that_survives_sweep_json(tmp_path: Path) -> None:
+def test_hosts_make_a_grid_that_survives_the_store(tmp_path: Path) -> None:
     cluster = cluster_args(
         [
             "--hosts",
@@ -247,7 +247,7 @@ def test_hosts_make_a_grid_that_survives_sweep_json(tmp_path: Path) -> None:
     hostfile.write_text("n1 slots=2\nn2 slots=2\n")
     from_file = cluster_args(["--hostfile", str(hostfile), "--nodes", "2"])
     assert from_file is not None and from_file.hosts == (("n1", 2), ("n2", 2))
-    assert from_file.hostfile == str(hostfile)  # where the hosts came from, in sweep.json
+    assert from_file.hostfile == str(hostfile)  # where the hosts came from, in the store
     assert ClusterConfig.from_dict(json.loads(json.dumps(from_file.to_dict()))) == from_file
 
 
@@ -325,7 +325,7 @@ def test_nodes_smaller_than_the_request_are_refused_before_launch() -> None:
 
 def test_every_cluster_option_is_generated_from_a_clusterconfig_field() -> None:
     # The multi-node options are declared once, as knobs on ClusterConfig's fields (stored in
-    # sweep.json for --resume): the parser's multi-node group is exactly those knobs, in order,
+    # the store for --resume): the parser's multi-node group is exactly those knobs, in order,
     # each with its field as dest, its flag, its help and one default stated in words.
     parser = build_parser()
     (group,) = [g for g in parser._action_groups if g.title == "multi-node"]

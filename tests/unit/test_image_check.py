@@ -66,7 +66,7 @@ def test_container_is_a_swept_knob_that_enters_the_run_id() -> None:
         "ddp-n1-fp32-nchw@pytorch_24.10-py3-r0",
         "horovod-n1-fp32-nchw@pytorch_24.10-py3-r0",
     ]
-    # --resume plans the same run ids from sweep.json
+    # --resume plans the same run ids from the store
     again = BenchConfig.from_dict(json.loads(json.dumps(config.to_dict())))
     assert [r.run_id for r in plan_sweep(again, "s", local_placement(1), 2)] == [
         r.run_id for r in runs
