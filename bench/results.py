@@ -119,6 +119,7 @@ class _Table:
 
     def finished_ids(self) -> set[str]:
         """Rows a resumed sweep must not repeat (failures stay: they are results too)."""
+        self.store.load()
         return {key for key, r in self.held.items() if r.status not in RETRIED_ON_RESUME}
 
     def hold(self, row: Any) -> None:
