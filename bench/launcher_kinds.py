@@ -62,6 +62,9 @@ class LauncherKind:
     # False: after every backward pass (DataParallel sums the replicas' gradients onto GPU 0).
     exchange_per_step: bool = True
     default: bool = False  # in the sweep when --launchers is not given
+    # The layout a CPU sweep runs it in when --memory-format is not given: the one its framework
+    # is fast in there (torch's NCHW; on GPUs every launcher takes bench.gpu_defaults' layout).
+    cpu_channels_last: bool = False
     module: str = TORCH_RANK  # its ranks' entry point
 
     @property
@@ -129,6 +132,14 @@ TF = LauncherKind(
     process_per_gpu=False,
     compile=True,  # --compile on: XLA (jit_compile) per replica
     ssh_to_other_nodes=False,  # a worker on each node, started through the site
+    # Keras' native layout, NHWC, is TensorFlow's fast one on CPU. 2026-11-28, 2-core CPU VM
+    # (shared, load 2-4), TensorFlow 2.21.0, ResNet-50 at 32 px, batch 8, one worker, fp32:
+    # `python -m bench.scaling --launchers tf --gpus 1 --memory-format nchw,channels_last
+    # --warmup-steps 5 --steps 30 --repeats 5 --no-probe` (the two alternate in every repeat)
+    # ran nchw at 17.4, 16.5, 16.5, 16.8, 17.0 img/s and channels_last at 22.3, 18.0, 18.9,
+    # 19.5, 18.5 (runs.csv): channels_last / nchw = 1.13 (ratio of medians), 1.15 (geometric
+    # mean of the pairs). The issue's author had 0.75 and 1.05 of a plain Keras loop.
+    cpu_channels_last=True,
     module=TENSORFLOW_RANK,
 )
 

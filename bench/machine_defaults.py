@@ -69,7 +69,8 @@ MACHINE_RULES: dict[str, Callable[[Request, Environment, bool], Any]] = {
     "gpu_counts": _default_gpu_counts,
     "launchers": lambda request, env, gpu: DEFAULT_LAUNCHERS,
     "precision": _default_precision,
-    "channels_last": _gpu_rule("channels_last", False, False, axis=True),
+    # None on CPU: each launcher its own (LauncherKind.cpu_channels_last, bench.plan)
+    "channels_last": _gpu_rule("channels_last", False, None, axis=True),
     "compile": _gpu_rule("compile", False, False, axis=True),
     "batch_size": _gpu_rule("batch_per_gpu", 128, 8),
     "loader_workers": _default_workers,

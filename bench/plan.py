@@ -118,9 +118,13 @@ def why_not_runnable(spec: RunSpec) -> str:
 
 
 def launcher_variant(launcher: str, variant: Variant, data: str) -> Variant:
-    """The variant as `launcher` runs it: the tf launcher reads --data through tf.data whatever
-    --loader says (--loader picks the torch launchers' input pipeline)."""
-    if launcher_kind(launcher).framework == TENSORFLOW_PACKAGE and data != SYNTHETIC:
+    """The variant as `launcher` runs it: a CPU sweep without --memory-format (no layout: None)
+    runs each launcher in its framework's layout there; the tf launcher reads --data through
+    tf.data whatever --loader says (--loader picks the torch launchers' input pipeline)."""
+    kind = launcher_kind(launcher)
+    if variant.channels_last is None:
+        variant = dataclasses.replace(variant, channels_last=kind.cpu_channels_last)
+    if kind.framework == TENSORFLOW_PACKAGE and data != SYNTHETIC:
         return dataclasses.replace(variant, loader=tf_rules.TF_DATA_LOADER)
     return variant
 

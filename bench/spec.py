@@ -180,6 +180,11 @@ def container_label(image: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
 
 
+def layout(channels_last: bool) -> str:
+    """The --memory-format word of a layout, as run ids, labels and the report write it."""
+    return "channels_last" if channels_last else "nchw"
+
+
 @dataclass(frozen=True)
 class Variant:
     """The knobs a sweep may A/B (each a comma list on the command line); part of the run id."""
@@ -191,12 +196,15 @@ class Variant:
         many=True,
         words="amp-bf16 (amp-fp16 before Ampere) on GPU, fp32 on CPU",
     )
+    # None in a CPU sweep's axes without --memory-format: each launcher's own (bench.plan)
     channels_last: bool = knob(
         "--memory-format",
         "activation layout, comma list, each swept",
         values={"nchw": False, "channels_last": True},
         many=True,
-        words="channels_last on GPUs with tensor cores (compute capability 7.0+), else nchw",
+        words="channels_last on GPUs with tensor cores (compute capability 7.0+), nchw on "
+        "other GPUs; on CPU the one each launcher's framework is fast in: nchw for torch, "
+        "channels_last for tf",
     )
     compile: bool = knob(
         "--compile",
@@ -265,8 +273,8 @@ class Variant:
 
     @property
     def label(self) -> str:
-        layout = "channels_last" if self.channels_last else "nchw"
-        label = f"{self.precision}-{layout}" + ("-compile" if self.compile else "")
+        label = f"{self.precision}-{layout(self.channels_last)}"
+        label += "-compile" if self.compile else ""
         label += f"-{self.loader}" if self.loader != NO_LOADER else ""
         label += f"-acc{self.grad_accum}" if self.grad_accum > 1 else ""
         label += "-ckpt" if self.activation_checkpointing else ""

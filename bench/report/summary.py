@@ -14,12 +14,14 @@ from dataclasses import dataclass
 from bench import stats
 from bench.launcher_kinds import launcher_kind
 from bench.schema import ProbeRow, RunRow, Status
+from bench.spec import layout
 
 
 @dataclass(frozen=True)
 class ScalingPoint:
     launcher: str
     variant: str
+    layout: str  # the --memory-format it ran (nchw, channels_last)
     gpus: int  # ranks: GPUs on a GPU sweep, CPU processes on a CPU one
     nodes: int
     batch_per_gpu: int
@@ -147,6 +149,7 @@ def _point(
     return ScalingPoint(
         launcher=first.launcher,
         variant=first.variant,
+        layout=layout(first.channels_last),
         gpus=first.gpus,
         nodes=first.nodes,
         batch_per_gpu=first.batch_per_gpu,

@@ -113,14 +113,23 @@ LAUNCHER_RATIOS = ((HOROVOD.name, DDP.name), (TF.name, DDP.name), (DDP.name, DP.
 
 def launcher_comparison(points: Sequence[ScalingPoint]) -> list[str]:
     """img/s of every launcher side by side per variant and GPU count, with Horovod / DDP,
-    TensorFlow / DDP and DDP / DataParallel (what DDP gains over the single-process baseline)."""
-    by_key = {(p.launcher, p.variant, p.gpus, p.nodes): p for p in points}
+    TensorFlow / DDP and DDP / DataParallel (what DDP gains over the single-process baseline).
+    Where each launcher ran one layout and they differ (a CPU sweep's default: each framework's
+    own, LauncherKind.cpu_channels_last), the variant leaves the layout out and each launcher's
+    header names its own."""
     present = [x for x in LAUNCHER_NAMES if any(p.launcher == x for p in points)]
     ratios = [(a, b) for a, b in LAUNCHER_RATIOS if a in present and b in present]
     if len(present) < 2:
         return []
+    layouts = {x: {p.layout for p in points if p.launcher == x} for x in present}
+    own = all(len(v) == 1 for v in layouts.values()) and len(set().union(*layouts.values())) > 1
+
+    def variant_of(p: ScalingPoint) -> str:
+        return p.variant.replace(f"-{p.layout}", "", 1) if own else p.variant
+
+    by_key = {(p.launcher, variant_of(p), p.gpus, p.nodes): p for p in points}
     rows = []
-    for variant, gpus, nodes in sorted({(p.variant, p.gpus, p.nodes) for p in points}):
+    for variant, gpus, nodes in sorted({(variant_of(p), p.gpus, p.nodes) for p in points}):
         found = {x: by_key.get((x, variant, gpus, nodes)) for x in present}
         if sum(1 for p in found.values() if p is not None and p.runs_ok) < 2:
             continue
@@ -135,7 +144,10 @@ def launcher_comparison(points: Sequence[ScalingPoint]) -> list[str]:
         return []
     unit = "ranks" if any(p.cpu for p in points) else "GPUs"
     header = ["variant", unit]
-    header += [f"{LAUNCHER_NAMES[x]} img/s (mean of launches)" for x in present]
+    header += [
+        f"{LAUNCHER_NAMES[x]} img/s{f' in {min(layouts[x])}' if own else ''} (mean of launches)"
+        for x in present
+    ]
     header += [f"{LAUNCHER_NAMES[a]} / {LAUNCHER_NAMES[b]}" for a, b in ratios]
     return table(header, rows)
 

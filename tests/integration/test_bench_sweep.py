@@ -132,7 +132,8 @@ def test_ddp_horovod_and_tf_side_by_side(tmp_path: Path) -> None:
     for run in runs.values():
         assert run["status"] == "ok", (run["run_id"], run["error"])
         assert run["images"] == run["global_batch"] * 3  # TINY's 3 timed steps, every launcher
-    one, two = runs["tf-n1-fp32-nchw-r0"], runs["tf-n2-fp32-nchw-r0"]
+    # on CPU each launcher in its framework's layout: Keras' NHWC, torch's NCHW
+    one, two = runs["tf-n1-fp32-channels_last-r0"], runs["tf-n2-fp32-channels_last-r0"]
     assert (one["backend"], one["interconnect"]) == ("none", "none (1 process)")
     # two replicas in one process: MirroredStrategy reduces them in-process on CPU
     assert (two["backend"], two["interconnect"]) == (
@@ -147,9 +148,10 @@ def test_ddp_horovod_and_tf_side_by_side(tmp_path: Path) -> None:
     )
     report = (d / "report.md").read_text()
     side_by_side = report.split("## Launchers side by side")[1].split("##")[0]
-    assert "| TensorFlow img/s (mean of launches) |" in side_by_side
+    assert "| DDP img/s in nchw (mean of launches) |" in side_by_side
+    assert "| TensorFlow img/s in channels_last (mean of launches) |" in side_by_side
     assert "| Horovod / DDP | TensorFlow / DDP |" in side_by_side
-    assert "| fp32-nchw | 2 |" in side_by_side
+    assert "| fp32 | 2 |" in side_by_side
 
 
 @pytest.mark.usefixtures("horovod")

@@ -10,7 +10,9 @@ from typing import Any
 from bench.config import BenchConfig, Environment, HorovodStatus
 from bench.machine_defaults import resolve
 from bench.options import parse_request
+from bench.plan import launcher_variant
 from bench.schema import RunRow, knob_values
+from bench.spec import SYNTHETIC
 
 MODELS = ["resnet18", "resnet50", "vgg16"]
 
@@ -54,8 +56,9 @@ def run_row(**overrides: Any) -> RunRow:
     """A successful 1-GPU DDP row on CPU; override any column. The knob columns are the CPU
     defaults of the declarations (bench.spec), so a new knob needs no edit here."""
     defaults = config_for([], cpu_machine())
+    variant = launcher_variant("ddp", defaults.variants()[0], SYNTHETIC)
     base: dict[str, Any] = {
-        **knob_values(defaults.workload, defaults.variants()[0]),
+        **knob_values(defaults.workload, variant),
         "sweep_id": "s",
         "run_id": "ddp-n1-fp32-nchw-r0",
         "repeat": 0,

@@ -109,7 +109,7 @@ def test_a_sweep_on_a_described_gpu_takes_these_defaults_and_the_user_overrides_
     assert asked.batch_size == 128 and asked.workload.timed_seconds == 0.0
     cpu = config_for([], cpu_machine())
     assert (cpu.axes["channels_last"], cpu.axes["compile"], cpu.batch_size) == (
-        (False,),
+        (None,),  # each launcher's own layout (test_launcher_registry)
         (False,),
         8,
     )

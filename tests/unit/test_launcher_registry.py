@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from bench_builders import MODELS, config_for, cpu_machine, gpu_machine
 
-from bench.config import BenchConfig, HorovodStatus, problems
+from bench.config import BenchConfig, Environment, HorovodStatus, problems
 from bench.launcher_kinds import (
     DEFAULT_LAUNCHERS,
     HOROVOD_PACKAGE,
@@ -130,6 +130,29 @@ def test_processes_per_gpu_and_compile_match_the_plan(kind: LauncherKind) -> Non
     assert kind.process_per_gpu or kind.name in ("dp", "tf")  # one process drives the GPUs
     compiled = _spec(kind.name, "--compile", "on")
     assert (why_not_runnable(compiled) == "") == kind.compile
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=LAUNCHERS)
+def test_the_layout_is_the_frameworks_own_on_cpu_unless_memory_format_is_given(
+    kind: LauncherKind,
+) -> None:
+    def layouts(env: Environment, *argv: str) -> set[bool]:
+        config = config_for(["--gpus", "1", "--launchers", kind.name, *argv], env)
+        return {s.variant.channels_last for s in plan_sweep(config, "s", local_placement(1), 2)}
+
+    # on CPU Keras' NHWC for tf, NCHW for torch's launchers; the run id names it
+    tf = kind.framework == TENSORFLOW_PACKAGE
+    assert layouts(cpu_machine()) == {tf} and kind.cpu_channels_last == tf
+    config = config_for(["--gpus", "1", "--launchers", kind.name, "--repeats", "1"], cpu_machine())
+    [spec] = plan_sweep(config, "s", local_placement(1), 2)
+    assert spec.run_id == f"{kind.name}-n1-fp32-{'channels_last' if tf else 'nchw'}-r0"
+    # on a GPU bench.gpu_defaults' layout for every launcher: channels_last on an H100
+    h100 = dataclasses.replace(gpu_machine(), gpu_capability=(9, 0), gpu_memory_gb=85.0)
+    assert layouts(h100) == {True}
+    # --memory-format applies to every launcher
+    assert layouts(cpu_machine(), "--memory-format", "nchw") == {False}
+    assert layouts(cpu_machine(), "--memory-format", "channels_last") == {True}
+    assert layouts(cpu_machine(), "--memory-format", "nchw,channels_last") == {False, True}
 
 
 @pytest.mark.parametrize("kind", KINDS, ids=LAUNCHERS)

@@ -12,7 +12,7 @@ from bench_builders import run_row, with_status
 from bench import report, stats
 from bench.report import diagnosis, epochs, plots, tables
 from bench.results import ResultStore
-from bench.schema import ProbeRow
+from bench.schema import ProbeRow, RunRow
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -183,6 +183,35 @@ def test_markdown_for_a_cpu_sweep() -> None:
     assert "| 1 | 560 | 2,287.8 | 2,287.8 |" in text  # the claim of ANCHORS.md
     assert "T(N) = 10.7 + 549.3/N s" in text
     assert "weak scaling" in text
+
+
+def test_launchers_side_by_side_each_in_its_own_layout() -> None:
+    # a CPU sweep's defaults: DDP in NCHW, TensorFlow in NHWC (LauncherKind.cpu_channels_last)
+    def row(launcher: str, layout: str, throughput: float) -> RunRow:
+        variant = f"fp32-{layout}"
+        return run_row(
+            run_id=f"{launcher}-n1-{variant}-r0",
+            launcher=launcher,
+            variant=variant,
+            channels_last=layout == "channels_last",
+            throughput=throughput,
+        )
+
+    rows = [row("ddp", "nchw", 100.0), row("tf", "channels_last", 120.0)]
+    text = report.markdown(META, rows, [], report.summarise(rows, []), [])
+    assert "| tf | fp32-channels_last | 1 |" in text and "| ddp | fp32-nchw | 1 |" in text
+    side = text.split("## Launchers side by side")[1].split("##")[0]
+    assert (
+        "| variant | ranks | DDP img/s in nchw (mean of launches) | TensorFlow img/s in "
+        "channels_last (mean of launches) | TensorFlow / DDP |" in side
+    )
+    assert "| fp32 | 1 | 100.0 | 120.0 | 1.200 |" in side
+    # both layouts asked for every launcher: each layout beside itself, named in the variant
+    rows += [row("ddp", "channels_last", 90.0), row("tf", "nchw", 80.0)]
+    side = "\n".join(tables.launcher_comparison(report.summarise(rows, [])))
+    assert "| DDP img/s (mean of launches) | TensorFlow img/s (mean of launches) |" in side
+    assert "| fp32-channels_last | 1 | 90.0 | 120.0 | 1.333 |" in side
+    assert "| fp32-nchw | 1 | 100.0 | 80.0 | 0.800 |" in side
 
 
 def test_cpu_report_explains_shared_cores_from_the_rows() -> None:
