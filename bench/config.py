@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.hosts import ClusterConfig
+from bench.hosts import ClusterConfig, Environment
 from bench.launcher_kinds import (
     DEFAULT_LAUNCHERS,
     LAUNCHER_KINDS,
@@ -31,11 +31,11 @@ from bench.launcher_kinds import (
     LauncherKind,
     launcher_kind,
 )
-from bench.launchers.docker import ImageKnobs
 from bench.loader_support import loader_errors
 from bench.preflight import cluster_problems, conflicts, nccl_tests_problem, out_problem
 from bench.spec import (
     SYNTHETIC,
+    ImageKnobs,
     Knob,
     Variant,
     Workload,
@@ -49,31 +49,6 @@ IMAGENET_TRAIN_IMAGES = 1_281_167
 
 class ConfigError(Exception):
     """An impossible request; the message lists every problem found."""
-
-
-@dataclass(frozen=True)
-class HorovodStatus:
-    available: bool
-    version: str = ""
-    nccl_built: bool | None = None
-    reason: str = ""  # why it is unavailable
-
-
-@dataclass(frozen=True)
-class Environment:
-    """What this machine offers, detected once by bench.machine (local_environment, or
-    the nodes' survey for a multi-node sweep)."""
-
-    device: str  # "cuda" when GPUs are visible, else "cpu"
-    gpu_count: int
-    gpu_name: str
-    bf16_supported: bool
-    tf32_supported: bool
-    cores: int
-    horovod: HorovodStatus
-    tensorflow: str | None = None  # the installed TensorFlow's version (every node's), or None
-    gpu_capability: tuple[int, int] | None = None  # the smallest node's GPU 0
-    gpu_memory_gb: float = 0.0
 
 
 def _claim(text: str) -> tuple[tuple[int, float], ...]:

@@ -12,6 +12,10 @@ the formats MPI and Horovod use:
     node4                  # slots default to the --gpus-per-node given, else 1
 
 IPv6 addresses go in brackets when a slot count follows: `[fd00::5]:8`.
+
+What the hosts offer a sweep (`Environment`) is built by bench.machine but declared here, below
+bench.config, which checks requests against it and may not import bench.machine (that imports
+the launchers; tests/unit/test_layout.py).
 """
 
 from __future__ import annotations
@@ -237,6 +241,31 @@ def is_local_host(name: str) -> bool:
         if own:
             names |= {own, own.split(".", 1)[0]}
     return name in names
+
+
+@dataclass(frozen=True)
+class HorovodStatus:
+    available: bool
+    version: str = ""
+    nccl_built: bool | None = None
+    reason: str = ""  # why it is unavailable
+
+
+@dataclass(frozen=True)
+class Environment:
+    """What this machine offers, detected once by bench.machine (local_environment, or
+    the nodes' survey for a multi-node sweep)."""
+
+    device: str  # "cuda" when GPUs are visible, else "cpu"
+    gpu_count: int
+    gpu_name: str
+    bf16_supported: bool
+    tf32_supported: bool
+    cores: int
+    horovod: HorovodStatus
+    tensorflow: str | None = None  # the installed TensorFlow's version (every node's), or None
+    gpu_capability: tuple[int, int] | None = None  # the smallest node's GPU 0
+    gpu_memory_gb: float = 0.0
 
 
 # --------------------------------------------------------------------------------------------

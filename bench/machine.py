@@ -4,8 +4,8 @@ across nodes, the Horovod build, and the route toward the rendezvous host.
 One module answers it for every caller: local detection (`local_environment`, for this
 machine), the multi-node survey (`survey`, run on each node by python -m bench.launchers.on_node)
 and the version comparison (bench.launchers.versions, over `NodeInfo`s). What a machine offers
-to a sweep (`Environment`) is derived from NodeInfos in one place (`environment_of`), so bf16
-and TF32 support mean the same on one machine and on a cluster.
+to a sweep (`bench.hosts.Environment`) is derived from NodeInfos in one place
+(`environment_of`), so bf16 and TF32 support mean the same on one machine and on a cluster.
 
 The sweep's record of the machine it ran on is here too (`collect_system_info`, saved once per
 sweep in sweep.jsonl: GPU models, driver, memory, `nvidia-smi topo -m`, torch/CUDA/cuDNN/NCCL/
@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from bench import __version__
-from bench.config import Environment, HorovodStatus
 from bench.gpu_defaults import AMPERE
+from bench.hosts import Environment, HorovodStatus
 from bench.launchers import COLLECTIVE_PREFIXES
 from bench.launchers.sites import probe_json, run_here
 from bench.paths import REPO_ROOT

@@ -132,12 +132,7 @@ class Knob:
 
 
 def knob(
-    flag: str,
-    help: str,
-    *,
-    optional: bool = False,
-    one: Any = dataclasses.MISSING,
-    **options: Any,
+    flag: str, help: str, *, optional: bool = False, one: Any = dataclasses.MISSING, **options: Any
 ) -> Any:
     """A dataclass field declared as a knob (see `Knob`). An optional field defaults to the
     knob's default; a Variant field holds one value of its axis, so its default is `one`: the
@@ -158,6 +153,10 @@ def knobs(cls: type) -> Iterator[tuple[str, Knob]]:
 _ON_OFF = {"off": False, "on": True}
 # A local image as Docker names it (repo[:tag][@sha256:...], an image ID); never an option.
 _IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@-]*")
+ULIMITS = (  # docker run --ulimit's resources (--container-ulimit NAME=SOFT[:HARD])
+    *("core", "cpu", "data", "fsize", "locks", "memlock", "msgqueue", "nice", "nofile", "nproc"),
+    *("rss", "rtprio", "rttime", "sigpending", "stack"),
+)
 
 
 def container_value(text: str) -> str:
@@ -165,6 +164,15 @@ def container_value(text: str) -> str:
     if text != NO_CONTAINER and not _IMAGE.fullmatch(text):
         raise ValueError(f"not a Docker image name: {text!r}")
     return text
+
+
+def _ulimit(text: str) -> str:
+    """ "memlock=-1", "stack=67108864", "nofile=1024:2048" (docker run --ulimit), or "none"."""
+    if text == "none" or re.fullmatch(rf"({'|'.join(ULIMITS)})=-?\d+(:-?\d+)?", text):
+        return text
+    raise argparse.ArgumentTypeError(
+        f"expected NAME=SOFT[:HARD] with NAME one of {', '.join(ULIMITS)}, or none; got {text!r}"
+    )
 
 
 def runs_on_host(axes: Mapping[str, Any]) -> bool:
@@ -183,6 +191,26 @@ def container_label(image: str) -> str:
 def layout(channels_last: bool) -> str:
     """The --memory-format word of a layout, as run ids, labels and the report write it."""
     return "channels_last" if channels_last else "nchw"
+
+
+@dataclass(frozen=True)
+class ImageKnobs:
+    """How --container images run: knobs BenchConfig inherits, bench.launchers.docker reads."""
+
+    container_python: str = knob(
+        "--container-python",
+        "the interpreter inside the --container images",
+        default="",
+        words="python3, else python, on the image's PATH",
+    )
+    container_ulimits: tuple[str, ...] = knob(
+        "--container-ulimit",
+        "docker run --ulimit for the --container images, comma list, or "
+        "none (NVIDIA's settings for PyTorch; raising memlock needs CAP_SYS_RESOURCE in dockerd)",
+        parse=_ulimit,
+        many=True,
+        default=("memlock=-1", "stack=67108864"),
+    )
 
 
 @dataclass(frozen=True)
@@ -233,7 +261,6 @@ class Variant:
         at_least=1,
         one=1,
     )
-
     activation_checkpointing: bool = knob(
         "--activation-checkpointing",
         "recompute each stage's activations in backward (torch.utils.checkpoint on the "

@@ -30,13 +30,12 @@ from bench import nccl_tests, report, rows
 from bench.config import (
     BenchConfig,
     ConfigError,
-    Environment,
     Request,
     launcher_problem,
     problems,
     refuse,
 )
-from bench.hosts import ClusterConfig
+from bench.hosts import ClusterConfig, Environment
 from bench.launcher_kinds import launcher_kind
 from bench.launchers import ExecResult, Launcher, RemoteError
 from bench.launchers.cluster import ClusterLauncher

@@ -25,8 +25,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from bench.config import Environment, HorovodStatus
-from bench.hosts import ClusterConfig, host_names
+from bench.hosts import ClusterConfig, Environment, HorovodStatus, host_names
 from bench.launcher_kinds import Argv
 from bench.launchers import (
     FORWARDED_PREFIXES,

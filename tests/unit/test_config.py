@@ -12,7 +12,8 @@ import pytest
 from bench_builders import MODELS, config_for, cpu_machine, gpu_machine
 
 from bench import machine, scaling, stages
-from bench.config import BenchConfig, ConfigError, HorovodStatus, request_problems, validate
+from bench.config import BenchConfig, ConfigError, request_problems, validate
+from bench.hosts import HorovodStatus
 from bench.options import explicit_options, parse_request
 
 

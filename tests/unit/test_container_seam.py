@@ -11,9 +11,9 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 # The modules allowed to know containers, and why each must.
 ALLOWED = {
-    "bench/launchers/docker/__init__.py": "the wrapper: docker argv, mounts, knobs, stopping",
+    "bench/launchers/docker/__init__.py": "the wrapper: docker argv, mounts, stopping",
     "bench/launchers/docker/check.py": "the check of every image before the sweep",
-    "bench/spec.py": "the --container axis, the run's pinned digest",
+    "bench/spec.py": "the --container axis and image knobs, the run's pinned digest",
     "bench/schema.py": "the container_digest column every row records",
     "bench/report/document.py": "report.md's host-and-containers section",
 }

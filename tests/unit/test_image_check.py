@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from bench_builders import config_for, cpu_machine, gpu_machine, run_row
 
-from bench.config import BenchConfig, ConfigError, HorovodStatus, validate
-from bench.hosts import ClusterConfig
+from bench.config import BenchConfig, ConfigError, validate
+from bench.hosts import ClusterConfig, HorovodStatus
 from bench.launcher_kinds import DDP, HOROVOD
 from bench.launchers import RUN_TAG_VAR, ExecResult, launch_of
 from bench.launchers.argv import Tools

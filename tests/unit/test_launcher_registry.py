@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from bench_builders import MODELS, config_for, cpu_machine, gpu_machine
 
-from bench.config import BenchConfig, Environment, HorovodStatus, problems
+from bench.config import BenchConfig, problems
+from bench.hosts import Environment, HorovodStatus
 from bench.launcher_kinds import (
     DEFAULT_LAUNCHERS,
     HOROVOD_PACKAGE,

@@ -1,7 +1,9 @@
 """The package's shape: no import cycle in bench, and its layers, lowest first: the vocabulary
 (bench.spec, bench.launcher_kinds and bench.shared) imports only itself; the rank side (bench.rank,
 started by torchrun, horovodrun and the tf launcher) imports only itself and the vocabulary; the
-controller (everything else) imports no rank module: it starts them by module name."""
+controller (everything else) imports no rank module: it starts them by module name. Within the
+controller, the request's modules (config, options, preflight, spec) import none of the machine,
+the launchers, the stages or the results, and the launchers import no stage."""
 
 from __future__ import annotations
 
@@ -11,6 +13,16 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 VOCABULARY = ("bench.spec", "bench.launcher_kinds", "bench.shared")
 RANK_MAY_IMPORT = ("bench.rank", *VOCABULARY)
+REQUEST = ("bench.config", "bench.options", "bench.preflight", "bench.spec")
+ABOVE_REQUEST = (
+    "bench.launchers",
+    "bench.machine",
+    "bench.stages",
+    "bench.scaling",
+    "bench.report",
+    "bench.results",
+)
+ABOVE_LAUNCHERS = ("bench.stages", "bench.scaling")
 
 
 def module_name(path: Path) -> str:
@@ -39,6 +51,12 @@ def imports_of(path: Path, modules: dict[str, Path]) -> set[str]:
             found.add(base)
             found.update(f"{base}.{a.name}" for a in node.names)
     return {name for name in found if name in modules and name != module_name(path)}
+
+
+def within(name: str, packages: tuple[str, ...]) -> bool:
+    """Whether module `name` is one of `packages` or inside one (bench.machine is not
+    bench.machine_defaults)."""
+    return any(name == p or name.startswith(f"{p}.") for p in packages)
 
 
 def import_graph() -> dict[str, set[str]]:
@@ -112,6 +130,34 @@ def test_the_controller_imports_no_rank_module() -> None:
     assert {"bench.rows", "bench.stages", "bench.launchers.local"} <= set(controller)
     inside = {n: sorted(m for m in graph[n] if m.startswith("bench.rank")) for n in controller}
     assert {n: found for n, found in inside.items() if found} == {}
+
+
+def upward_imports(graph: dict[str, set[str]]) -> dict[str, list[str]]:
+    """The controller's imports that run up its layers, by importing module."""
+    above = {n: ABOVE_REQUEST for n in REQUEST}
+    above |= {n: ABOVE_LAUNCHERS for n in graph if within(n, ("bench.launchers",))}
+    found = {
+        n: sorted(m for m in graph.get(n, ()) if within(m, packages))
+        for n, packages in above.items()
+    }
+    return {n: modules for n, modules in found.items() if modules}
+
+
+def test_upward_imports_finds_what_runs_up() -> None:
+    graph = {
+        "bench.config": {"bench.spec", "bench.machine_defaults", "bench.launchers.docker"},
+        "bench.launchers.local": {"bench.stages", "bench.config"},
+    }
+    assert upward_imports(graph) == {
+        "bench.config": ["bench.launchers.docker"],
+        "bench.launchers.local": ["bench.stages"],
+    }
+
+
+def test_the_controller_imports_run_down_its_layers() -> None:
+    graph = import_graph()
+    assert set(REQUEST) <= set(graph) and "bench.launchers.docker.check" in graph
+    assert upward_imports(graph) == {}
 
 
 MAX_MODULE_LINES = 500

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from bench import machine
-from bench.config import HorovodStatus
+from bench.hosts import HorovodStatus
 from bench.launchers import on_node as node_cli
 from bench.launchers.cluster import parse_survey_output
 from bench.launchers.sites import probe_json

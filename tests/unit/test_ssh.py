@@ -24,8 +24,7 @@ import pytest
 from bench_builders import config_for, cpu_machine, run_row
 
 from bench import report, rows
-from bench.config import Environment, HorovodStatus
-from bench.hosts import ClusterConfig, parse_hosts
+from bench.hosts import ClusterConfig, Environment, HorovodStatus, parse_hosts
 from bench.launchers import RUN_TAG_VAR, ExecResult, launch_of, new_tag
 from bench.launchers.argv import NodeCommand, torchrun_argv
 from bench.launchers.cluster import ClusterLauncher

@@ -13,7 +13,8 @@ import pytest
 from bench_builders import MODELS, cpu_machine
 
 from bench import scaling, stages
-from bench.config import ConfigError, Environment, HorovodStatus
+from bench.config import ConfigError
+from bench.hosts import Environment, HorovodStatus
 from bench.launchers import ExecResult
 from bench.results import ResultStore
 from bench.shared import wire

@@ -24,7 +24,6 @@ wrap (`around`): every backend builds its torchrun/horovodrun argv as on the hos
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 import re
@@ -39,63 +38,12 @@ from bench.launchers.argv import BARE, NodeCommand, Tools, Wrap
 from bench.launchers.sites import run_here
 from bench.launchers.stop import STOP, StopPolicy
 from bench.paths import bench_pythonpath
-from bench.spec import RunSpec, knob
+from bench.spec import RunSpec
 
 BENCH_MOUNT = "/opt/gpurig-bench"  # the bench package appears as BENCH_MOUNT/bench
 LABEL = "org.gpurig.bench.launch"  # docker ps --filter label=org.gpurig.bench.launch
 # Passed whenever set on the docker CLI (-e NAME), besides what the launcher sets.
 PASSED_NAMES = (RUN_TAG_VAR, "CUDA_VISIBLE_DEVICES")
-ULIMITS = (
-    "core",
-    "cpu",
-    "data",
-    "fsize",
-    "locks",
-    "memlock",
-    "msgqueue",
-    "nice",
-    "nofile",
-    "nproc",
-    "rss",
-    "rtprio",
-    "rttime",
-    "sigpending",
-    "stack",
-)
-
-
-def _ulimit(text: str) -> str:
-    """ "memlock=-1", "stack=67108864", "nofile=1024:2048" (docker run --ulimit), or "none"."""
-    name, _, limits = text.partition("=")
-    numbers = limits.split(":")
-    if text == "none" or (
-        name in ULIMITS and len(numbers) <= 2 and all(re.fullmatch(r"-?\d+", n) for n in numbers)
-    ):
-        return text
-    raise argparse.ArgumentTypeError(
-        f"expected NAME=SOFT[:HARD] with NAME one of {', '.join(ULIMITS)}, or none; got {text!r}"
-    )
-
-
-@dataclass(frozen=True)
-class ImageKnobs:
-    """How --container images run: knobs of the sweep's configuration (bench.config.BenchConfig
-    inherits them)."""
-
-    container_python: str = knob(
-        "--container-python",
-        "the interpreter inside the --container images",
-        default="",
-        words="python3, else python, on the image's PATH",
-    )
-    container_ulimits: tuple[str, ...] = knob(
-        "--container-ulimit",
-        "docker run --ulimit for the --container images, comma list, or "
-        "none (NVIDIA's settings for PyTorch; raising memlock needs CAP_SYS_RESOURCE in dockerd)",
-        parse=_ulimit,
-        many=True,
-        default=("memlock=-1", "stack=67108864"),
-    )
 
 
 def container_name(launch_id: str, unique: str = "") -> str:

@@ -21,9 +21,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bench.config import BenchConfig, ConfigError, Environment, HorovodStatus
+from bench.config import BenchConfig, ConfigError
 from bench.config import horovod_problem as _horovod_problem
-from bench.hosts import host_names
+from bench.hosts import Environment, HorovodStatus, host_names
 from bench.launcher_kinds import LauncherKind, launcher_kind
 from bench.launchers.docker import CheckedImage, DockerWrapper, container_name
 from bench.launchers.sites import LocalSite, Site, last_line, on_all, run_on_host, site_for
