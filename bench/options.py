@@ -74,6 +74,20 @@ def _value_type(k: Knob) -> Callable[[str], Any]:
     return parse_list
 
 
+def default_words(k: Knob) -> str:
+    """A knob's default as its --help states it."""
+    if k.words:
+        return k.words
+    if k.default is None:
+        return f"{k.gpu} on GPU, {k.cpu} on CPU"
+    if k.values is not None:
+        default = k.default if isinstance(k.default, tuple) else (k.default,)
+        return ",".join(w for w, v in k.values.items() if v in default)
+    if isinstance(k.default, tuple):
+        return ",".join(str(v) for v in k.default)
+    return str(k.default)
+
+
 def add_knob(group: Any, name: str, k: Knob) -> None:
     """One option from its declaration: the help states the default once, in words."""
     if k.switch:
@@ -86,7 +100,7 @@ def add_knob(group: Any, name: str, k: Knob) -> None:
             metavar += f"[,{metavar}...]" if k.many else ""
         action = "append" if k.repeat else "store"
         options = {"action": action, "type": _value_type(k), "metavar": metavar}
-    help_text = f"{k.help} (default: {k.default_words()})"
+    help_text = f"{k.help} (default: {default_words(k)})"
     group.add_argument(k.flag, dest=name, default=None, help=help_text, **options)
 
 

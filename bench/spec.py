@@ -89,8 +89,8 @@ class Knob:
     """How one option appears on the command line, is checked, defaults and is recorded.
 
     default: the value when the option is not given; None means the machine decides, from
-    `gpu`/`cpu` or, when those are None too, by a rule in bench.config (`default_words`
-    then says which). words: the default as the help states it, when not `default` itself.
+    `gpu`/`cpu` or, when those are None too, by a rule in bench.config (bench.options'
+    default_words then says which). words: the default as --help states it, when not `default`.
     values: the accepted words and the value each stands for (choices); else `parse` reads one.
     refused: words that look like choices but are not built, each with the reason it says.
     switch: an option without a value that sets `not default`. many: a comma list (a Variant
@@ -117,18 +117,6 @@ class Knob:
     at_most: float | None = None
     row: bool = True
     exclusive: str = ""
-
-    def default_words(self) -> str:
-        if self.words:
-            return self.words
-        if self.default is None:
-            return f"{self.gpu} on GPU, {self.cpu} on CPU"
-        if self.values is not None:
-            default = self.default if isinstance(self.default, tuple) else (self.default,)
-            return ",".join(w for w, v in self.values.items() if v in default)
-        if isinstance(self.default, tuple):
-            return ",".join(str(v) for v in self.default)
-        return str(self.default)
 
 
 def knob(

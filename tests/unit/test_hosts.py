@@ -27,7 +27,7 @@ from bench.hosts import (
     validate_host_name,
 )
 from bench.machine_defaults import resolve
-from bench.options import build_parser, parse_request
+from bench.options import build_parser, default_words, parse_request
 from bench.preflight import cluster_problems
 from bench.spec import HostSlots, format_hosts, knobs
 
@@ -334,7 +334,7 @@ def test_every_cluster_option_is_generated_from_a_clusterconfig_field() -> None:
     assert [a.dest for a in group._group_actions] == [n for n, _ in declared]
     for action, (name, k) in zip(group._group_actions, declared, strict=True):
         assert action.option_strings == [k.flag] and action.default is None, name
-        assert action.help == f"{k.help} (default: {k.default_words()})", name
+        assert action.help == f"{k.help} (default: {default_words(k)})", name
     (where,) = [g for g in parser._mutually_exclusive_groups if g._group_actions[0].dest == "hosts"]
     assert [a.option_strings for a in where._group_actions] == [
         ["--hosts"],
