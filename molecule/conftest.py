@@ -173,17 +173,8 @@ def run_playbook(
     )
 
 
-# What "nothing changed on the host" compares: apt's configuration and state, the environment and
-# linker files the roles write, and the directories they install into.
-SNAPSHOT_COMMAND = r"""
-set -e
-find /etc/apt /etc/profile.d /etc/ld.so.conf.d /etc/modprobe.d /etc/alternatives \
-     /usr/local /opt /var/lib/gpurig -xdev \( -type f -o -type l \) 2>/dev/null \
-  | sort | while read -r f; do
-      if [ -L "$f" ]; then echo "L $f -> $(readlink "$f")"; else echo "F $f $(sha256sum < "$f")"; fi
-    done
-dpkg-query --show --showformat='${Package} ${Version} ${db:Status-Abbrev}\n' | sort
-"""
+# What "nothing changed on the host" compares (the script runs inside the host).
+SNAPSHOT_COMMAND = (PROJECT_DIR / "tests/infra/snapshot.sh").read_text()
 
 
 def snapshot(host) -> list[str]:

@@ -148,7 +148,7 @@ fi
 step setup scripts/bootstrap.sh || { print_summary; exit 1; }
 
 if [ "$needs_infra" = 1 ]; then
-  # Downloads (~4.5 GB of CUDA wheels on a fresh machine), beside lint. Tried beside setup with the
+  # Downloads (~3.5 GB of wheels, most of them CUDA, on a fresh machine), beside lint. Tried beside setup with the
   # machine's own pip, setup took 393 s against 255 without it (one fresh run each, 2026-11-25).
   beside wheelhouse tests/infra/wheelhouse.sh
 fi
@@ -195,7 +195,7 @@ scenarios=()
 if wants molecule; then
   for p in "${parts[@]}"; do [[ $p == molecule:* ]] && scenarios+=("${p#molecule:}"); done
   if [ ${#scenarios[@]} -eq 0 ]; then
-    # Longest first (horovod builds Horovod in two containers; site runs the whole stack on three;
+    # Longest first (horovod builds Horovod in a container; site runs the whole stack on four;
     # upgrade_driver converges four times; libraries runs four roles and their stops), so the pool
     # drains evenly.
     for s in horovod site upgrade_driver container_runtime libraries; do [ -f "molecule/$s/molecule.yml" ] && scenarios+=("$s"); done

@@ -3,12 +3,12 @@
 # PyPI and no GitHub and every run installs the same files:
 #   .work/www/wheels/      a pip find-links directory (cp311, manylinux x86_64): CPU torch and
 #                          everything the python_env and horovod roles install, plus Horovod's sdist
-#   .work/www/wheels-cu13/ a second find-links directory for the horovod scenario (cp311 for the
-#                          Ubuntu 20.04 stand-in, cp313 for Debian 13): PyPI's torch 2.13.0, which is
+#   .work/www/wheels-cu13/ a second find-links directory for the horovod scenario (cp313, for its
+#                          Debian 13 host): PyPI's torch 2.13.0, which is
 #                          the CUDA 13.0 build, with the nvidia-* wheels it depends on (NCCL among
 #                          them), PyPI's nvcc/cudart/cccl of the same CUDA 13.0 (`cuda-toolkit` extras),
-#                          CuPy for CUDA 13 (compat.yml's cupy-cuda13x release, ~66 MB per Python),
-#                          tensorflow-cpu (constraints.txt's pin, 274 MB per Python) and its dependencies,
+#                          CuPy for CUDA 13 (compat.yml's cupy-cuda13x release, ~66 MB),
+#                          tensorflow-cpu (constraints.txt's pin, 274 MB) and its dependencies,
 #                          the other packages and Horovod's sdist. Kept apart because pip prefers
 #                          2.13.0+cpu over 2.13.0 for `torch==2.13.0` when both lie in one directory.
 #   .work/www/installers/  TEST FIXTURE installers with their .sha256 files (see molecule/conda/files),
@@ -45,7 +45,7 @@ cuda_stack=(torch==2.13.0 torchvision==0.28.0 "cuda-toolkit[nvcc,cudart,cccl]==1
 # pin constraints.txt holds for the tf launcher's tests (the release compat.yml names), with its
 # dependencies (keras, h5py, grpcio, ...), resolved in the same download so they fit the pins above.
 tensorflow=("$(grep -E '^tensorflow-cpu==' "$here/constraints.txt")")
-cuda_pythons=(311 313)
+cuda_pythons=(313)
 # A second, older NCCL of the same major: the horovod scenario unpacks its libnccl.so.2 where Ubuntu's
 # libnccl2 puts it, to show which of two real NCCLs a torch process loads.
 system_nccl=(nvidia-nccl-cu13==2.28.3)
@@ -72,7 +72,7 @@ cuda_want=$(printf '%s\n' "${cuda_stack[@]}" "${tensorflow[@]}" "${system_nccl[@
   "${cuda_pythons[@]}" \
   | sha256sum | cut -c1-16)
 if [ "$(cat "$cuda_stamp" 2>/dev/null)" != "$cuda_want" ]; then
-  echo "wheelhouse: downloading the CUDA 13 stack into $cuda_cache (once per machine, ~4 GB)"
+  echo "wheelhouse: downloading the CUDA 13 stack into $cuda_cache (once per machine, ~3.3 GB)"
   others=()
   for b in "${binaries[@]}"; do [[ $b == torch==* || $b == torchvision==* ]] || others+=("$b"); done
   for py in "${cuda_pythons[@]}"; do

@@ -8,10 +8,11 @@ where nothing of the suite's own set-up is visible: the copy's own scripts/boots
 
 What is substituted, and only that:
 - the hosts: inventory/mycluster (copied from inventory/example as the README says) lists a fresh
-  systemd container (the molecule platform's Debian 12 image) for `site.yml --check`, and the
+  systemd container (the molecule platform's Debian 12 image) for `site.yml --check`, which must
+  say what each role would install and leave the container exactly as it was, and the
   network-namespace hosts of tests/infra/netns.sh, which share this machine's filesystem and so
   have the copy's .venv (with the bench and Horovod) as their training environment, for
-  playbooks/bench.yml;
+  playbooks/bench.yml (whose sweep runs one repeat there instead of three);
 - NVIDIA's repository, PyTorch's index and the other upstreams: the signed stand-ins that
   scripts/test.sh serves (the same group variables as .config/molecule/config.yml's inventory).
 
@@ -25,6 +26,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import textwrap
 import time
 import uuid
 from pathlib import Path
@@ -256,6 +258,65 @@ def container():
         subprocess.run(["docker", "rm", "-f", name], capture_output=True, timeout=120)
 
 
+def host_state(container: str) -> list[str]:
+    """The container's packages and configuration (tests/infra/snapshot.sh, as molecule's
+    "nothing changed" checks take it)."""
+    script = (REPO / "tests/infra/snapshot.sh").read_text()
+    done = subprocess.run(
+        ["docker", "exec", container, "sh", "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    return done.stdout.splitlines()
+
+
+# roles/compat/tasks/check-mode-report.yml's message: "Check mode: <role> would <what>".
+WOULD = re.compile(r"^Check mode: (?P<role>[a-z_]+) would (?P<what>.+)$", re.S)
+# A result the default callback prints with ansible.cfg's callback_result_format (yaml): the
+# "ok/changed: [host] =>" line, then the result as YAML indented by four spaces.
+RESULT = re.compile(r"^(?:ok|changed): \[[^\]]+\] =>[ \t]*\n((?:    .*\n)+)", re.M)
+
+
+def messages(out: str) -> list[str]:
+    """The `msg` of every result the run printed."""
+    results = (yaml.safe_load(textwrap.dedent(m[1])) for m in RESULT.finditer(out))
+    return [r["msg"] for r in results if isinstance(r, dict) and isinstance(r.get("msg"), str)]
+
+
+# The roles that stop in check mode on a fresh host, at the first step that needs what an earlier
+# role (or their own download) would have put there; each says what it would do.
+STOPPING_ROLES = {
+    *("nvidia_repo", "nvidia_driver", "cuda_toolkit", "cudnn", "nccl", "dcgm", "nccl_tests"),
+    *("conda", "python_env", "horovod"),
+}
+
+
+def assert_check_mode_report(out: str, given: dict) -> None:
+    """Each stopping role says what it would install on Debian 12: the inventory's values (`given`,
+    inventory/example's group variables), else compat.yml's defaults."""
+    would = {m["role"]: m["what"] for m in map(WOULD.match, messages(out)) if m}
+    assert set(would) == STOPPING_ROLES, would
+    matrix = yaml.safe_load((REPO / "roles/compat/vars/main/compat.yml").read_text())
+    compat = matrix["compat_matrix"]
+    default = compat["distros"]["debian12"]["default"]
+    branch = given.get("nvidia_driver_branch", default["branch"])
+    cuda = given.get("cuda_toolkit_version", default["cuda"])
+    assert f"driver branch {branch}" in would["nvidia_driver"]
+    assert f"cuda-toolkit-{cuda.replace('.', '-')}" in would["cuda_toolkit"]
+    assert f"+cuda{cuda}" in would["nccl"]
+    assert compat["distros"]["debian12"]["key"] in would["nvidia_repo"]
+    # DCGM: the packages of the CUDA major the driver branch ships with (the newest release whose
+    # ships_with the branch reaches).
+    shipped = [c for c, e in compat["cuda"].items() if e["ships_with"] <= int(branch)]
+    major = max(shipped, key=lambda c: tuple(int(n) for n in c.split("."))).split(".")[0]
+    entry = compat["cuda_major"][major]
+    for package in ("datacenter-gpu-manager-4-core", "datacenter-gpu-manager-4-proprietary"):
+        assert f"{package}={entry['dcgm_version']}" in would["dcgm"]
+    assert f"{entry['dcgm']}={entry['dcgm_version']}" in would["dcgm"]
+
+
 def write_hosts(copy: Path, inventory: dict) -> None:
     """inventory/mycluster's hosts: the test hosts in place of the example's gpu01 and gpu02."""
     (copy / "inventory/mycluster/hosts.yml").write_text(yaml.safe_dump(inventory))
@@ -279,9 +340,17 @@ def test_readme_commands_in_order(tmp_path: Path, container: str, hosts: Path) -
             # the hosts' training environment: the copy's .venv, which the quick start made (with
             # Horovod) and which the hosts see on the filesystem they share with this machine
             python = copy / ".venv" / "bin" / "python"
-            write_hosts(copy, netns_fleet(hosts, python, 1, tmp_path / "remote"))
+            fleet = netns_fleet(hosts, python, 1, tmp_path / "remote")
+            # One repeat of the default sweep: the quick start above ran its three on this machine;
+            # here the point is that the fleet command works, and each repeat costs a minute.
+            fleet["all"]["children"]["gpu_nodes"]["vars"]["bench_args"] = ["--repeats", "1"]
+            write_hosts(copy, fleet)
+        if command == f"{PLAYBOOK} site.yml --check":
+            before = host_state(container)
         started = time.monotonic()
         done = shell(copy, command, timeout=1800)
+        if command == f"{PLAYBOOK} site.yml --check":
+            after = host_state(container)
         # each command's seconds, in the output pytest keeps when the test fails (and under -s)
         print(f"{time.monotonic() - started:7.1f} s  {command}")
         assert done.returncode == 0, f"{command}\n{done.stdout[-6000:]}\n{done.stderr[-3000:]}"
@@ -293,9 +362,18 @@ def test_readme_commands_in_order(tmp_path: Path, container: str, hosts: Path) -
     assert len(reports) == 1, quick_start.stdout[-3000:]
     assert list((copy / ".cache/collections/ansible_collections").iterdir())
     check = outputs[f"{PLAYBOOK} site.yml --check"].stdout
-    # through the preflight and its contact checks, then every role in check mode
+    # through the preflight and its contact checks, then every role in check mode, saying what it
+    # would do, on a host it leaves exactly as it was
     assert "Resolve the NVIDIA packages the selected roles would install" in check
-    assert re.search(r"readme-debian12\s+: ok=\d+\s+changed=\d+\s+unreachable=0\s+failed=0", check)
+    assert re.search(
+        r"readme-debian12\s+: ok=\d+\s+changed=[1-9]\d*\s+unreachable=0\s+failed=0", check
+    )
+    example = yaml.safe_load((copy / "inventory/example/group_vars/gpu_nodes.yml").read_text())
+    assert_check_mode_report(check, example)
+    assert after == before
+    assert not [
+        line for line in after if re.search(r"nvidia|cuda|nccl|cudnn|miniforge|gpurig", line)
+    ]
     # bench.yml's sweep across both hosts came back to the copy's results/<run name>/
     (fleet,) = [p.parent for p in (copy / "results").glob("*/*/runs.csv")]
     runs = pd.read_csv(fleet / "runs.csv")

@@ -224,6 +224,12 @@ CASES: dict[str, tuple[dict, str, str]] = {
         "python_env_provider",
         "pip",
     ),
+    # The venv provider on Ubuntu 20.04's own interpreter: too old for any torch compat.yml names.
+    "venv provider with Ubuntu 20.04's own Python 3.8 (Ubuntu 20.04)": (
+        {"python_env_provider": "venv", "python_env_venv_python": UBUNTU_PYTHON},
+        "python_env_venv_python",
+        "is Python 3.8;",
+    ),
     # TensorFlow: a Python outside the range compat.yml names for its release (the
     # conda provider's Python; torch 2.15 accepts 3.14), a package with a version, Horovod for it.
     "TensorFlow with a Python it has no wheel for": (

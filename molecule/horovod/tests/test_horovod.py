@@ -1,9 +1,8 @@
 """State python_env (venv provider), horovod and nccl_tests leave on the host: a venv with PyPI's
 CUDA 13 torch, CuPy for CUDA 13 and CUDA 13 compiler wheels, the bench, and the NCCL variant of
-Horovod compiled in the container (C++17 with the stand-in's g++ 12, C++20 with Debian 13's g++ 14),
-which passes its own check, links NCCL, loads torch's NCCL at run time and reduces across two
-processes (through Gloo: the container has no GPU); and nccl-tests compiled with the same
-compiler."""
+Horovod compiled in the container (C++20 with Debian 13's g++ 14), which passes its own check,
+links NCCL, loads torch's NCCL at run time and reduces across two processes (through Gloo: the
+container has no GPU); and nccl-tests compiled with the same compiler."""
 
 import json
 import os
@@ -30,23 +29,14 @@ def py(host, code):
     return host.run_expect([0], f"{PY} -c '{code}'").stdout.strip()
 
 
-def is_debian13(host):
-    return host.backend.get_hostname().startswith("debian13")
-
-
-def python_minor(host):
-    # Debian 13 runs Python 3.13; the Ubuntu 20.04 stand-in (Debian 12's userland) 3.11.
-    return "13" if is_debian13(host) else "11"
-
-
-def cxx_standard(host):
-    # torch 2.13's headers ask for C++17; g++ >= 14 (Debian 13) needs C++20 for Horovod 0.28.1's
-    # vendored flatbuffers, so the role compiles with the larger of the two.
-    return 20 if is_debian13(host) else 17
+# Debian 13: Python 3.13, g++ 14. torch 2.13's headers ask for C++17; g++ >= 14 needs C++20 for
+# Horovod 0.28.1's vendored flatbuffers, so the role compiles with the larger of the two.
+PYTHON_MINOR = "13"
+CXX_STANDARD = 20
 
 
 def site_packages(host):
-    return f"{VENV}/lib/python3.{python_minor(host)}/site-packages"
+    return f"{VENV}/lib/python3.{PYTHON_MINOR}/site-packages"
 
 
 def extension(host):
@@ -56,17 +46,13 @@ def extension(host):
 
 def test_venv_uses_the_requested_interpreter(host):
     assert host.file(f"{VENV}/pyvenv.cfg").contains("^home = /usr/bin$")
-    assert py(host, "import sys; print(sys.version_info[:2])") == f"(3, {python_minor(host)})"
+    assert py(host, "import sys; print(sys.version_info[:2])") == f"(3, {PYTHON_MINOR})"
 
 
 def test_tensorflow_in_its_own_environment(host, compat):
     # python_env_install_tensorflow: compat.yml's release, in <env>-tf made from the same
     # interpreter, with the Keras it requires and the bench (the tf launcher's ranks run there);
     # no GPU here, so it lists none.
-    if not host.backend.get_hostname().startswith("debian13"):
-        # converge.yml asks for TensorFlow on Debian 13 only: the default (off) makes none.
-        assert not host.file(TF_VENV).exists
-        return
     tensorflow = compat["tensorflow"]
     tf_python = f"{TF_VENV}/bin/python"
     assert host.file(f"{TF_VENV}/pyvenv.cfg").contains("^home = /usr/bin$")
@@ -78,7 +64,7 @@ def test_tensorflow_in_its_own_environment(host, compat):
     out = host.run_expect([0], f"{tf_python} -c '{probe}'").stdout
     report = json.loads(out)  # TensorFlow logs to stderr
     minor, tf_version, keras_version, gpus, total = report
-    assert minor == int(python_minor(host))
+    assert minor == int(PYTHON_MINOR)
     assert tf_version == tensorflow["version"]
     assert Version(keras_version) >= Version(tensorflow["keras_min"])
     assert (gpus, total) == (0, 6.0)
@@ -109,9 +95,7 @@ def test_distributions_installed(host, dist, version):
 
 
 def test_compiler_is_the_platforms(host):
-    # The point of the two platforms: the oldest and the newest g++ the role compiles with here.
-    major = host.check_output("g++ -dumpversion").split(".")[0]
-    assert major == ("14" if is_debian13(host) else "12")
+    assert host.check_output("g++ -dumpversion").split(".")[0] == "14"
 
 
 CUPY = """
@@ -171,7 +155,7 @@ def test_shipped_bench_is_the_checkouts_wheel(host, tmp_path):
 
 def test_build_record_matches_the_environment(host):
     record = json.loads(host.file(f"{VENV}/gpurig-horovod.json").content_string)
-    minor = python_minor(host)
+    minor = PYTHON_MINOR
     assert record["built_against"] == {
         "horovod_version": "0.28.1",
         "torch_version": "2.13.0+cu130",
@@ -182,13 +166,13 @@ def test_build_record_matches_the_environment(host):
         "nccl_include": f"{site_packages(host)}/nvidia/nccl/include",
         "nccl_version": "2.29.7",
         "cuda_cc_list": ["90"],
-        "cxx_standard": cxx_standard(host),
+        "cxx_standard": CXX_STANDARD,
         # converge.yml builds without debug information and unoptimized (horovod_debug_info and
         # horovod_optimize false).
         "debug_info": False,
         "optimize": False,
     }
-    std = cxx_standard(host)
+    std = CXX_STANDARD
     key = f"horovod-0.28.1_torch-2.13.0+cu130_py3.{minor}_nccl_cxx{std}_sm90_nodebug_O0"
     wheel = host.file(f"/var/cache/gpurig/horovod-wheels/{key}/{record['wheel']}")
     assert wheel.is_file
