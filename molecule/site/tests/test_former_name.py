@@ -1,7 +1,8 @@
-"""A host set up under the project's former name (prepare.yml) keeps no file of that name.
+"""A host set up under the project's former name (prepare.yml) keeps no file of ours of that name.
 
 site.yml moves each such file to its present name, or removes it where the present one is already
-there; what the files held stays (a cached wheel, here).
+there; what the files held stays (a cached wheel, here). GPUStack's files, which share the name,
+stay as they were.
 """
 
 from __future__ import annotations
@@ -13,10 +14,24 @@ from conftest import PROJECT_DIR
 FORMER = ADOPT["vars"]["former_name"]
 
 
-def test_no_file_keeps_the_former_name(host) -> None:
-    found = host.run(f"find / -xdev -name '*{FORMER}*' -print")
+# GPUStack's, which prepare.yml writes beside ours: another project's, never moved or removed.
+GPUSTACK = {
+    f"/var/lib/{FORMER}": None,
+    f"/var/lib/{FORMER}/initial_admin_password": "not ours\n",
+    f"/etc/systemd/system/{FORMER}.service": "[Service]\nExecStart=/usr/local/bin/gpustack start\n",
+}
+
+
+def test_no_file_of_ours_keeps_the_former_name(host) -> None:
+    found = host.run(f"find / -xdev -path '*{FORMER}*' -print")
     assert found.rc == 0, found.stderr
-    assert found.stdout.split() == []
+    assert sorted(found.stdout.split()) == sorted(GPUSTACK)
+
+
+def test_gpustacks_own_files_stay_as_they_were(host) -> None:
+    for path, content in GPUSTACK.items():
+        if content is not None:
+            assert host.file(path).content_string == content, path
 
 
 def test_what_the_former_files_held_stays_under_the_present_name(host) -> None:
