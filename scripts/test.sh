@@ -106,6 +106,10 @@ record() {
     failed=$((failed + 1)); summary+=("FAIL  ${secs}s  $2 (rc=$rc, log: .work/logs/$1.log)")
     printf '\n==== %s failed; last 60 lines of its log ====\n' "$2"
     tail -n 60 "$logs/$1.log"
+    if [ "$1" = pytest ]; then  # each failure's own lines, which the tail of a long run leaves out
+      printf '\n==== pytest: the failing assertions (E lines) ====\n'
+      grep -E '^E ' "$logs/$1.log" | cut -c1-600 | tail -n 60
+    fi
   fi
   [ "$rc" = 0 ]
 }

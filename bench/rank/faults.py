@@ -6,8 +6,9 @@ it) to make chosen ranks fail after their warm-up steps:
     BENCH_INJECT_FAULT=exit@1        rank 1 exits with status 3 (a crashed rank)
     BENCH_INJECT_FAULT=hang@0        rank 0 sleeps forever (a hung run: exercises --timeout)
     BENCH_INJECT_FAULT=oom@0         rank 0 raises torch.OutOfMemoryError (an OOM)
-    BENCH_INJECT_FAULT=slow@1        rank 1 sleeps SLOW_FACTOR times each timed step's time after it
-                                     (a GPU at 1/(1+SLOW_FACTOR) speed, however busy the machine)
+    BENCH_INJECT_FAULT=slow@1        rank 1 stays busy SLOW_FACTOR times each timed step's time
+                                     after it (a GPU at 1/(1+SLOW_FACTOR) speed, however busy
+                                     the machine)
     BENCH_INJECT_FAULT=exit@1,hang@0 several at once
 
 A fault only fires in runs where that rank exists (exit@1 leaves 1-rank runs alone). Under the
@@ -26,10 +27,11 @@ from typing import Any
 ENV_VAR = "BENCH_INJECT_FAULT"
 KINDS = ("exit", "hang", "oom", "slow")
 EXIT_STATUS = 3
-# A slowed GPU runs at a tenth of its compute speed: a fixed sleep would be a different fraction
-# of a step on a busy machine. Two CPU ranks sharing one machine give each other the cores a
-# sleeping rank leaves, so a factor of 3 measured only 2:1 (34.7 % below the median of two) in a
-# loaded CI run, where two equal ranks measured up to 18.5 % apart.
+# A slowed GPU runs at a tenth of its compute speed: a fixed delay would be a different fraction
+# of a step on a busy machine. The rank spins through the delay rather than sleeping: CPU ranks
+# share one machine, and a sleeping rank gave the others its cores and, waking, ran ahead of them
+# (Linux favours a task that slept), so its own steps took 0.4 of theirs and a factor of 9
+# measured only 3.9:1 in a loaded CI run of 2026-11-28 (a factor of 3, 2:1 in an earlier one).
 SLOW_FACTOR = 9.0
 
 
@@ -70,14 +72,16 @@ def trigger(kind: str | None) -> None:
 
 
 def slowed(step: Callable[..., None], kind: str | None) -> Callable[..., None]:
-    """The timed step as the fault leaves it: SLOW_FACTOR times its own time longer under
-    "slow", else `step`."""
+    """The timed step as the fault leaves it: SLOW_FACTOR times its own time longer, spent
+    busy, under "slow", else `step`."""
     if kind != "slow":
         return step
 
     def slow_step(*args: Any) -> None:
         started = time.perf_counter()
         step(*args)
-        time.sleep(SLOW_FACTOR * (time.perf_counter() - started))
+        until = started + (1 + SLOW_FACTOR) * (time.perf_counter() - started)
+        while time.perf_counter() < until:  # busy, as a slow GPU's rank is
+            pass
 
     return slow_step

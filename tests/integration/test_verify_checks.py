@@ -142,6 +142,27 @@ def test_a_bad_floors_table_is_refused_before_any_check_runs(tmp_path):
     assert not (tmp_path / "report" / "gpuhost.json").exists()  # no check ran
 
 
+def test_the_all_reduce_floor_runs_more_cycles_while_unclear_then_judges_their_interval(tmp_path):
+    # A floor for these four A100s at 32 MB. The stand-in prints one result line at that size per
+    # run: one sample has no interval, so the second run (-N 25) follows, and the two equal
+    # samples (300.51 GB/s) then pass a floor of 90 and fail one of 400.
+    def floors(value: float) -> str:
+        floor = {"gpus": 4, "size": "32M", "value": value, "kind": "measured", "source": "a test"}
+        a100 = {"model": "A100", "tokens": ["A100"], "floors": {"allreduce_busbw_gbs": [floor]}}
+        return json.dumps({"verify_hardware_floors": [a100]})
+
+    for value, verdict in ((90, "pass"), (400, "fail")):
+        (tmp_path / verdict).mkdir()
+        _, checks = run_verify(
+            tmp_path / verdict, set(), "-e", floors(value), "--tags", "nccl_tests"
+        )
+        row = checks["nccl_tests_allreduce"]
+        assert row["verdict"] == verdict, row
+        assert row["figures"]["at_floor_size"]["samples"] == [300.51, 300.51], row
+        assert row["figures"]["floor"]["value"] == value
+    assert "vs floor 400.0 (a test)" in row["message"]
+
+
 # An all-reduce floor whose size all_reduce_perf would not take ("GB" is not one of its suffixes).
 BAD_SIZE = {"gpus": 8, "size": "16GB", "value": 431, "kind": "cloud", "source": "x"}
 

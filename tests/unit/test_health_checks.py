@@ -646,22 +646,43 @@ def test_allreduce_without_a_floor_is_recorded_not_judged():
     )
 
 
-def test_allreduce_at_the_floor_size_passes_above_it_and_fails_below_it_naming_the_source():
-    # The run at the floor's size judged by its "Avg bus bandwidth" (93.4552 in the fixture).
-    passing = health.allreduce_floor(allreduce_ran(), a100_floor(90.0), 4)
-    row = health.nccl_allreduce(allreduce_ran(), allreduce_ran(), passing, 4)
-    assert row["passed"], row["message"]
-    assert row["figures"]["busbw_gbs_at_floor_size"] == 93.4552
+def cycles(*busbw: float) -> dict:
+    """all_reduce_perf -b 32M -e 32M -N <len(busbw)> as the pinned nccl-tests prints it (2.19.6
+    src/common.cu: with -N, the result line of each size again per cycle): the fixture's header,
+    then its 32 MB line once per cycle with that cycle's out-of-place busbw, then its footer."""
+    head, _, tail = ALLREDUCE.partition("       32768")
+    fields = next(x for x in ALLREDUCE.splitlines() if x.split()[:1] == ["33554432"]).split()
+    rows = ["  ".join([*fields[:7], f"{b:.2f}", *fields[8:]]) for b in busbw]
+    return allreduce_ran(head + "\n".join(rows) + "\n" + tail[tail.index("# Out of bounds") :])
+
+
+def test_allreduce_cycles_at_the_floor_size_pass_fail_or_stay_inconclusive_by_their_interval():
+    floor = health.allreduce_floor(allreduce_ran(), a100_floor(90.0), 4)
+    steady = cycles(95.1, 95.4, 94.9, 95.2, 95.3)
+    assert not health.allreduce_unclear(steady, floor, 0.95)  # clear of 90: no more cycles
+    row = health.nccl_allreduce(allreduce_ran(), [steady, {"skipped": True}], floor, 4, 0.95)
+    assert row["passed"] and row["verdict"] == "pass", row["message"]
+    judged = row["figures"]["at_floor_size"]
+    assert judged["repeats"] == 5 and judged["samples"] == [95.1, 95.4, 94.9, 95.2, 95.3]
+    assert judged["interval"][0] > 90.0 and judged["floor"] == 90.0 and judged["source"] == "a test"
+    assert row["figures"]["busbw_gbs_at_floor_size"] == pytest.approx(95.18)
     assert row["figures"]["floor"] == {
         "value": 90.0, "size": "32M", "gpus": 4, "kind": "measured", "source": "a test"
     }  # fmt: skip
-    failing = health.allreduce_floor(allreduce_ran(), a100_floor(100.0), 4)
-    row = health.nccl_allreduce(allreduce_ran(), allreduce_ran(), failing, 4)
-    assert not row["passed"]
-    assert (
-        "93.5 GB/s average bus bandwidth at 32M across 4 x A100 SXM4 80GB, below the floor 100.0 "
-        "(measured: a test)" in row["message"]
-    )
+    low = health.allreduce_floor(allreduce_ran(), a100_floor(100.0), 4)
+    row = health.nccl_allreduce(allreduce_ran(), [steady], low, 4, 0.95)
+    assert not row["passed"] and row["verdict"] == "fail"
+    assert "bus bandwidth at 32M across 4 x A100 SXM4 80GB 95.2 GB/s (mean of 5" in row["message"]
+    assert "vs floor 100.0 (a test)" in row["message"]
+    # Noisy cycles around the floor: more are run; still around it at the cap, inconclusive.
+    noisy = cycles(80.0, 99.0, 86.0, 97.0, 88.0)
+    assert health.allreduce_unclear(noisy, floor, 0.95)
+    more = cycles(83.0, 96.0, 91.0, 85.0, 98.0)
+    row = health.nccl_allreduce(allreduce_ran(), [noisy, more], floor, 4, 0.95)
+    assert not row["passed"] and row["verdict"] == "inconclusive"
+    assert row["figures"]["at_floor_size"]["repeats"] == 10
+    assert "the floor inside the interval at the most cycles allowed" in row["message"]
+    assert not health.allreduce_unclear(noisy, None, 0.95)  # no floor: nothing to make clear
 
 
 def test_allreduce_fails_on_wrong_results_and_on_a_run_that_did_not_measure():
@@ -678,7 +699,7 @@ def test_allreduce_fails_on_wrong_results_and_on_a_run_that_did_not_measure():
         in (row["message"])
     )
     floor = health.allreduce_floor(allreduce_ran(), a100_floor(90.0), 4)
-    row = health.nccl_allreduce(allreduce_ran(), missing, floor, 4)
+    row = health.nccl_allreduce(allreduce_ran(), [missing], floor, 4)
     assert not row["passed"] and "all_reduce_perf at 32M did not measure (rc 127" in row["message"]
 
 
