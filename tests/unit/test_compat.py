@@ -405,3 +405,30 @@ def test_the_os_default_branch_and_cuda_are_looked_up_once():
         "branch": ["roles/compat/vars/main/host.yml"],
         "cuda": ["roles/compat/vars/main/host.yml"],
     }
+
+
+def test_the_pci_bus_is_read_in_one_place():
+    """roles/compat/tasks/pci.yml is the one reading of the PCI bus (compat_pci: the NVIDIA GPUs and
+    NVSwitches) for the roles and playbooks; they include it, and no other YAML file or role script
+    walks a PCI devices directory. (The Slurm health check, playbooks/files/gpurig_healthcheck.py,
+    counts the GPUs on the bus when Slurm runs it, away from Ansible: that count is its check.)"""
+    readers = [
+        str(path.relative_to(ROOT))
+        for path in [*ROOT.glob("roles/**/*"), *ROOT.glob("playbooks/**/*.yml"), ROOT / "site.yml"]
+        if path.is_file()
+        and path.suffix in (".yml", ".py", ".sh")
+        and re.search(r"dev/vendor|\"vendor\"\)", path.read_text())  # sh's $dev/vendor, open()
+    ]
+    assert readers == ["roles/compat/tasks/pci.yml"]
+    includes = [
+        str(path.relative_to(ROOT))
+        for path in [*ROOT.glob("roles/**/*.yml"), *ROOT.glob("playbooks/**/*.yml")]
+        if re.search(r"tasks_from: pci\b", path.read_text())
+    ]
+    assert sorted(includes) == [
+        "playbooks/bench.yml",
+        "playbooks/verify.yml",
+        "roles/gpu_prereqs/tasks/detect.yml",
+        "roles/horovod/tasks/probe.yml",
+        "roles/nvidia_driver/tasks/detect.yml",
+    ]

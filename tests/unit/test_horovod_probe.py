@@ -56,6 +56,7 @@ BUNDLE = {
 
 def settings(**changes):
     base = {
+        "nvidia_gpus": 1,
         "record_path": "/opt/venvs/train/gpurig-horovod.json",
         "env_path": "/opt/venvs/train",
         "version": "0.28.1",

@@ -2,9 +2,10 @@
 
 Run by the role with the environment's own interpreter:
     python horovod_probe.py SETTINGS_JSON
-SETTINGS_JSON holds the role's variables the decisions need (see `SETTINGS`). The answer has the
-facts read from the host (Python, torch, the installed Horovod and its build record, NVIDIA GPUs,
-the compiler, NCCL, nvcc) and then either
+SETTINGS_JSON holds the role's variables the decisions need (see `SETTINGS`), with the number of
+NVIDIA GPUs on the PCI bus (compat_pci, read once for every role). The answer has the facts read
+from the host (Python, torch, the installed Horovod and its build record, the compiler, NCCL,
+nvcc) and then either
   - "refusal": the first reason the build cannot go ahead, worded for the user, or
   - "install_compiler_first": true, when the compiler is missing and may be installed (the role
     installs the build dependencies and runs the probe again: the C++ standard is decided for the
@@ -27,6 +28,7 @@ import sysconfig
 # The role variables the probe is given (without the horovod_ prefix), plus the host's
 # architecture (ansible_facts) and whether Ansible runs in check mode.
 SETTINGS = (
+    "nvidia_gpus",
     "record_path",
     "env_path",
     "version",
@@ -137,22 +139,6 @@ def bundled_nccl():
     return None
 
 
-def nvidia_gpus():
-    """NVIDIA display/3D controllers on the PCI bus (vendor 0x10de, class 0x0300xx/0x0302xx)."""
-    count = 0
-    for dev in glob.glob("/sys/bus/pci/devices/*"):
-        try:
-            with open(os.path.join(dev, "vendor")) as f:
-                vendor = f.read().strip()
-            with open(os.path.join(dev, "class")) as f:
-                cls = f.read().strip()
-        except OSError:
-            continue
-        if vendor == "0x10de" and cls[:6] in ("0x0300", "0x0302"):
-            count += 1
-    return count
-
-
 def read_record(path):
     try:
         with open(path) as f:
@@ -191,7 +177,8 @@ def gather(settings):
         "python_include": include,
         "python_headers": os.path.isfile(os.path.join(include, "Python.h")),
         "horovod_version": installed_version("horovod"),
-        "nvidia_gpus": nvidia_gpus(),
+        # The role reads the PCI bus once for every role (roles/compat/tasks/pci.yml, compat_pci).
+        "nvidia_gpus": int(settings["nvidia_gpus"]),
         "record": read_record(settings["record_path"]),
         "torch_nccl": bundled_nccl(),
         "torch_cxx_standard": None,
