@@ -1,7 +1,9 @@
 """Role variables checked by what they are: a version, a count, a path, a URL, a digest, ...
 
-variable_kinds.yml (next to this file) gives every role option its kind; KINDS below says what each
-kind accepts. Every role's tasks/validate.yml starts with
+Each role option has a kind: the one its argument spec already says (spec_kind: choice, allow_http,
+bool, mapping), or the format variable_kinds.yml (next to this file) gives it where the spec cannot
+say it; KINDS below says what each kind accepts. Every role's tasks/validate.yml starts by
+including roles/compat/tasks/kinds.yml, which checks every variable of that role with
 
     dict(names | zip(query('ansible.builtin.vars', *names))) | gpurig_kind_problems
 
@@ -440,10 +442,28 @@ JINJA_TESTS: dict[str, Callable[..., bool]] = {
 }
 
 
+def spec_kind(name: str, option: Mapping) -> str | None:
+    """The kind an option's argument spec already says: choice (it lists choices), allow_http (a
+    bool named *_allow_http, its role's switch for plain http), bool, mapping (a dict); None where
+    the spec's type cannot say the format."""
+    if option.get("choices"):
+        return "choice"
+    if option.get("type") == "bool" and name.endswith("_allow_http"):
+        return "allow_http"
+    return {"bool": "bool", "dict": "mapping"}.get(option.get("type"))
+
+
 @cache
 def variable_kinds() -> dict[str, str]:
-    """variable -> kind (with its " or empty"), from variable_kinds.yml."""
-    return yaml.safe_load(KINDS_FILE.read_text())
+    """variable -> kind (with its " or empty"): variable_kinds.yml's, and for an option it does not
+    list, the kind its argument spec says (spec_kind)."""
+    derived = {
+        name: kind
+        for options in argument_specs().values()
+        for name, option in options.items()
+        if (kind := spec_kind(name, option))
+    }
+    return {**derived, **yaml.safe_load(KINDS_FILE.read_text())}
 
 
 @cache

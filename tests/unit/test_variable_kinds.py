@@ -161,6 +161,18 @@ def test_every_option_has_a_kind():
     )
 
 
+def test_the_table_repeats_no_kind_the_argument_spec_says():
+    listed = yaml.safe_load(kinds.KINDS_FILE.read_text())
+    repeated = [
+        name
+        for role, name in OPTIONS
+        if name in listed and listed[name] == kinds.spec_kind(name, SPECS[role][name])
+    ]
+    assert repeated == [], f"variable_kinds.yml repeats what the argument spec says: {repeated}"
+    assert TABLE["conda_shell_init"] == "bool" and TABLE["nvidia_repo_allow_http"] == "allow_http"
+    assert "conda_shell_init" not in listed
+
+
 def test_every_kind_in_the_table_names_an_option_or_a_playbook_switch():
     declared = {name for _, name in OPTIONS}
     stale = sorted(set(TABLE) - declared - set(PLAYBOOK_SWITCHES))
@@ -282,12 +294,14 @@ def test_an_unquoted_cuda_release_is_named_a_float():
     sorted(role for role in SPECS if (REPO / "roles" / role / "tasks" / "validate.yml").exists()),
 )
 def test_validate_runs_the_kind_check_first_or_after_the_os_check(role):
+    """Each role's validate.yml includes the one kind check, roles/compat/tasks/kinds.yml, which
+    checks the variables of the role including it (the first of ansible_parent_role_names)."""
     text = (REPO / "roles" / role / "tasks" / "validate.yml").read_text()
     tasks = yaml.safe_load(text)
     names = [task["name"] for task in tasks]
-    index = names.index("Check each variable by its kind.")
-    task = tasks[index]
-    assert f"'{role}' | gpurig_kind_variables" in task["vars"][f"{role}_kind_variables"]
+    index = names.index("Check each variable by its kind (roles/compat/tasks/kinds.yml).")
+    task = tasks[index]["ansible.builtin.include_role"]
+    assert task == {"name": "compat", "tasks_from": "kinds"}
     # Only what makes the role's defaults renderable (the OS, compat.yml's entry) comes before.
     assert index <= 2, f"{role}: the kind check is task {index + 1} of validate.yml"
 
