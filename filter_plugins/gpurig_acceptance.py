@@ -18,6 +18,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -77,10 +78,11 @@ def node_verdict(
     gpu_rows: Sequence[dict],
     expected_gpus: int | None,
     more_reasons: Sequence[str] = (),
+    unsure: Sequence[str] = (),
 ) -> dict:
     """One node's verdict from its verify summary, its per-GPU rows and what the fleet-wide
     comparisons say about it (the node-to-node pairs, the fleet's medians)."""
-    reasons = list(more_reasons)
+    reasons = [*more_reasons, *unsure]
     failed = []
     if summary is None:
         reasons.append(
@@ -115,8 +117,9 @@ def node_verdict(
             detail = f" ({gap})" if gap else (f": {gpu['error']}" if gpu["error"] else "")
             reasons.append(f"GPU {gpu['gpu_index']} {gpu['verdict']}: {rate}{detail}")
     # Inconclusive where the only reasons are checks that could not tell (a measured figure whose
-    # interval still held its floor at the most repeats allowed): not a pass, not a failure.
-    conclusive = len(reasons) > sum(c["verdict"] == INCONCLUSIVE for c in failed)
+    # interval still held its floor at the most repeats allowed; `unsure`, the same of a pair's
+    # all-reduce): not a pass, not a failure.
+    conclusive = len(reasons) > sum(c["verdict"] == INCONCLUSIVE for c in failed) + len(unsure)
     return {
         "host": host,
         "passed": not reasons,
@@ -214,6 +217,7 @@ def acceptance_nodes(
     is pair_verdicts' result (None: no node-to-node all-reduce ran)."""
     rows = per_gpu_rows(per_gpu_csv)
     named = (pairs or {}).get("reasons", {})
+    unsure = (pairs or {}).get("unsure", {})
     summaries = {item["host"]: _summary(item.get("summary")) for item in inputs}
     outliers = fleet_outliers(summaries, float(outlier_fraction))
     out = []
@@ -228,6 +232,7 @@ def acceptance_nodes(
             mine,
             None if expected in (None, "") else int(expected),
             [*named.get(host, []), *outliers.get(host, [])],
+            unsure.get(host, []),
         )
         for p in (pairs or {}).get("pairs", []):
             if host in p["pair"] and p["busbw_gbs"] is not None:
@@ -441,13 +446,28 @@ def pair_runs(runs: Sequence[Mapping]) -> list[dict]:
     return list(found.values())
 
 
-def pair_verdicts(measured: Sequence[Mapping], floor=None, slow_fraction=0.5) -> dict:
-    """Each pair's bus bandwidth (the median of its samples) against the floor (GB/s; None: none
-    set, judged against the fleet only) and the fleet's reference (the median over nodes of each
-    node's fastest pair), slow below (1 - slow_fraction) of it; a node is named as the cause
-    when every one of its pairs (two or more) is slow while some pair is not. Input: one entry per
-    pair, {pair: [a, b], rc, stdout (verify_allreduce.py's JSON), stderr}, or each host's
-    registered runs ([{host, results}], read by pair_runs)."""
+def _interval(samples: Sequence[float], level: float) -> list[float]:
+    """The Student-t interval of the samples' mean at `level` (NaN with fewer than two)."""
+    if len(samples) < 2:
+        return [math.nan, math.nan]
+    from scipy import stats  # on the controller: the project's environment carries SciPy
+
+    centre, spread = statistics.fmean(samples), float(stats.sem(samples))
+    if spread == 0:
+        return [centre, centre]
+    return [float(x) for x in stats.t.interval(level, len(samples) - 1, centre, spread)]
+
+
+def pair_verdicts(measured: Sequence[Mapping], floor=None, slow_fraction=0.5, level=0.95) -> dict:
+    """Each pair's bus bandwidth (the median of its samples) against the fleet's reference (the
+    median over nodes of each node's fastest pair), slow below (1 - slow_fraction) of it, and
+    against the floor (GB/s; None: none set, judged against the fleet only) by the Student-t
+    interval of its samples' mean at `level`: slow when the interval lies below the floor,
+    unsure when the floor lies inside it. A node is named as the cause when every one of its
+    pairs (two or more) is slow while some pair is not; an unsure pair makes both its nodes
+    inconclusive (`unsure`), which is not a pass. Input: one entry per pair, {pair: [a, b], rc,
+    stdout (verify_allreduce.py's JSON), stderr}, or each host's registered runs
+    ([{host, results}], read by pair_runs)."""
     measured = [item for item in measured or [] if item]
     if any("results" in item for item in measured):
         measured = pair_runs(measured)
@@ -483,9 +503,14 @@ def pair_verdicts(measured: Sequence[Mapping], floor=None, slow_fraction=0.5) ->
     for p in pairs:
         rate = p["busbw_gbs"]
         p["vs_fleet"] = None if rate is None or not fleet else rate / fleet - 1
-        below_floor = floor is not None and rate is not None and rate < float(floor)
+        low, high = interval = _interval(p["samples"], float(level))
+        p["interval"] = interval if all(map(math.isfinite, interval)) else None  # JSON has no NaN
+        below_floor = floor is not None and rate is not None and high < float(floor)
         slow = rate is not None and fleet and len(rates) > 1 and rate < fleet * (1 - slow_fraction)
         p["slow"] = bool(rate is None or below_floor or slow)
+        p["floor_unclear"] = bool(
+            floor is not None and not p["slow"] and not low >= float(floor)  # NaN: unclear
+        )
     hosts = sorted({h for p in pairs for h in p["pair"]})
     reasons: dict[str, list[str]] = {h: [] for h in hosts}
     for host in hosts:
@@ -512,16 +537,34 @@ def pair_verdicts(measured: Sequence[Mapping], floor=None, slow_fraction=0.5) ->
                 reasons[host].append(
                     f"node-to-node all-reduce {a} <-> {b} slow ({rate}): the path between them"
                 )
+    unsure: dict[str, list[str]] = {h: [] for h in hosts}
+    for p in pairs:
+        if p["floor_unclear"]:
+            low, high = p["interval"] or (math.nan, math.nan)
+            for host in p["pair"]:
+                unsure[host].append(
+                    f"node-to-node all-reduce {' <-> '.join(p['pair'])} "
+                    f"{p['busbw_gbs']:.2f} GB/s: the floor {float(floor):g} GB/s lies inside the "
+                    f"{100 * float(level):g} % interval {low:.2f} to {high:.2f} of its "
+                    f"{len(p['samples'])} samples: rerun on idle nodes"
+                )
     return {
         "rule": (
             f"a pair is slow below {100 * (1 - slow_fraction):g} % of the fleet's reference (the "
             "median over nodes of each node's fastest pair)"
-            + (f" or below the floor {float(floor):g} GB/s" if floor is not None else "")
+            + (
+                f" or when the {100 * float(level):g} % Student-t interval of its samples' mean "
+                f"lies below the floor {float(floor):g} GB/s (inconclusive when the floor lies "
+                "inside it)"
+                if floor is not None
+                else ""
+            )
             + "; a node is named when all its pairs (2 or more) are slow"
         ),
         "fleet_reference_gbs": fleet,
         "pairs": pairs,
         "reasons": reasons,
+        "unsure": unsure,
     }
 
 

@@ -200,15 +200,17 @@ def test_each_host_knows_its_partner_rank_and_master_per_round():
     ]
 
 
-def allreduce(rate: float, ranks: int = 2) -> str:
-    """verify_allreduce.py's JSON for a pair at this bus bandwidth (five equal samples)."""
+def allreduce(rate: float | list[float], ranks: int = 2) -> str:
+    """verify_allreduce.py's JSON for a pair at this bus bandwidth (five equal samples), or with
+    these samples."""
+    samples = rate if isinstance(rate, list) else [rate] * 5
     return json.dumps(
         {"tool": "verify_allreduce", "ranks": ranks, "backend": "gloo", "bytes": 4194304,
-         "busbw_gbs": [rate] * 5, "busbw_median_gbs": rate}
+         "busbw_gbs": samples, "busbw_median_gbs": sorted(samples)[len(samples) // 2]}
     )  # fmt: skip
 
 
-def runs(rates: dict[tuple[str, str], float | None]) -> list[dict]:
+def runs(rates: dict[tuple[str, str], float | list[float] | None]) -> list[dict]:
     """Each host's registered loop results, as Ansible keeps them, for these pairs."""
     out: dict[str, list] = {}
     for pair, rate in rates.items():
@@ -259,6 +261,42 @@ def test_the_median_cannot_hide_a_slow_node_below_the_floor():
     )
     assert [p["slow"] for p in judged["pairs"]] == [False, True, True]
     assert "floor 10 GB/s" in judged["reasons"]["g3"][0]
+
+
+def test_a_pair_whose_interval_holds_the_floor_leaves_its_nodes_inconclusive():
+    # g1 <-> g2 clear of the floor of 10; g2 <-> g3 and g1 <-> g3 noisy around it: their 95 %
+    # intervals hold 10, so they are neither slow nor fine, and g3 (and g1, g2 with it) are unsure.
+    noisy = [6.0, 14.0, 8.0, 13.0, 9.5]
+    judged = acceptance.pair_verdicts(
+        runs({("g1", "g2"): [12.0, 12.2, 11.9, 12.1, 12.0], ("g2", "g3"): noisy,
+              ("g1", "g3"): noisy}),
+        floor=10,
+    )  # fmt: skip
+    pairs = {" <-> ".join(p["pair"]): p for p in judged["pairs"]}
+    assert not any(p["slow"] for p in pairs.values())
+    assert {k for k, p in pairs.items() if p["floor_unclear"]} == {"g2 <-> g3", "g1 <-> g3"}
+    low, high = pairs["g2 <-> g3"]["interval"]
+    assert low < 10 < high
+    assert judged["reasons"] == {"g1": [], "g2": [], "g3": []}
+    assert len(judged["unsure"]["g3"]) == 2
+    assert sorted(judged["unsure"]["g3"])[1] == (
+        "node-to-node all-reduce g2 <-> g3 9.50 GB/s: the floor 10 GB/s lies inside the 95 % "
+        "interval 5.93 to 14.27 of its 5 samples: rerun on idle nodes"
+    )
+    assert "inconclusive when the floor lies inside it" in judged["rule"]
+    nodes = acceptance.acceptance_nodes(
+        [host(h, summary(h), h) for h in ("g1", "g2", "g3")],
+        table(*(gpu(h, 0, 3000.0) for h in ("g1", "g2", "g3"))),
+        judged,
+    )
+    assert [n["verdict"] for n in nodes] == ["inconclusive"] * 3
+    assert not any(n["passed"] for n in nodes)
+    fleet = acceptance.acceptance_fleet(nodes, pairs=judged)
+    assert "0 of 3 nodes passed, 0 failed, 3 inconclusive" in fleet
+    # Without a floor the same samples are judged against the fleet only: no one is unsure.
+    judged = acceptance.pair_verdicts(runs({("g1", "g2"): noisy, ("g2", "g3"): noisy}))
+    assert judged["unsure"] == {"g1": [], "g2": [], "g3": []}
+    assert [p["interval"] for p in judged["pairs"]] != [None, None]
 
 
 def test_a_failed_pair_is_slow_and_says_why():
