@@ -432,3 +432,14 @@ def test_the_pci_bus_is_read_in_one_place():
         "roles/horovod/tasks/probe.yml",
         "roles/nvidia_driver/tasks/detect.yml",
     ]
+
+
+def test_the_supported_os_list_is_compat_yml_alone():
+    """An OS is supported when compat.yml's distros has its entry: no role's meta/main.yml keeps a
+    galaxy platforms list of its own (they had drifted from the table)."""
+    listing = [
+        str(path.relative_to(ROOT))
+        for path in ROOT.glob("roles/*/meta/main.yml")
+        if "platforms" in (yaml.safe_load(path.read_text()).get("galaxy_info") or {})
+    ]
+    assert listing == []
