@@ -39,8 +39,8 @@ tests/fixtures/health/ with their sources in SOURCES.md there):
   is ours), judged against playbooks/vars/hardware_floors.yml.
 - nccl-tests' all_reduce_perf: "#  Rank  0 Group  0 Pid <pid> on <host> device  0 [<bus>] <GPU
   name>" lines, then one row per size: size count type redop root, then time algbw busbw #wrong
-  out of place and the same in place, and "# Avg bus bandwidth    : <GB/s>" (nccl-tests 2.20.0,
-  tests/standin/tools/fixtures/all_reduce_perf.txt and its sources).
+  out of place and the same in place; with -N, the rows again for each cycle (nccl-tests 2.20.0,
+  tests/standin/tools/fixtures/all_reduce_perf.txt and its sources; -N: 2.19.6 src/common.cu).
 Unit tests: tests/unit/test_health_checks.py.
 """
 
@@ -73,7 +73,6 @@ PCIE_WIDTH = ("pcie.link.width.current", "pcie.link.width.max")
 GPU_FIELDS = ("index", "pci.bus_id", ECC_VOLATILE, ECC_AGGREGATE, *PCIE_GEN, *PCIE_WIDTH)
 NCCL_DEVICE = re.compile(r"^#\s+Rank\s+\d+\s.*?\bdevice\s+\d+\s+\[[^\]]*\]\s+(.+?)\s*$", re.M)
 NCCL_ROW = re.compile(r"^\s*\d+\s+\d+(?:\s+\S+){3}(?:\s+\S+){8}\s*$", re.M)
-NCCL_AVG = re.compile(r"Avg bus bandwidth\s*:\s*([0-9.]+)")
 
 
 def _row(check: str, passed: bool, figures: dict, message: str) -> dict:
@@ -788,18 +787,17 @@ def floor_entry(name: str, table: Iterable[Mapping]) -> Mapping | None:
 
 
 def _allreduce(result: Mapping | None) -> dict:
-    """all_reduce_perf's run: whether it ran, its GPUs' names, the largest size's bus bandwidth
-    (out of place), its average bus bandwidth and how many sizes gave wrong results."""
+    """all_reduce_perf's run: whether it ran, its GPUs' names, its result rows (split), the
+    largest size's bus bandwidth (out of place) and how many rows gave wrong results."""
     ran, said = _ran(result or {})
     text = str((result or {}).get("stdout") or "")
     rows = [m.group(0).split() for m in NCCL_ROW.finditer(text)]
-    avg = NCCL_AVG.search(text)
     return {
         "ran": ran and bool(rows),
         "said": "it printed no result rows" if ran else said,
         "names": NCCL_DEVICE.findall(text),
+        "rows": rows,
         "largest": (int(rows[-1][0]), float(rows[-1][7])) if rows else None,
-        "avg": float(avg[1]) if avg else None,
         "wrong": sum(1 for r in rows if r[8] not in ("0", "N/A") or r[12] not in ("0", "N/A")),
     }
 
@@ -827,14 +825,9 @@ def _cycles(runs: Iterable[Mapping | None], size: str) -> dict:
     per cycle (nccl-tests 2.19.6 src/common.cu, "run & print each cycle"), skipped runs left out.
     Whether every run measured, what one that did not said, the out-of-place bus bandwidth of
     each line at that size and the wrong results."""
-    done = [_allreduce(r) | {"result": r} for r in runs or () if r and not r.get("skipped")]
+    done = [_allreduce(r) for r in runs or () if r and not r.get("skipped")]
     samples = [
-        float(row[7])
-        for run in done
-        for row in (
-            m.group(0).split() for m in NCCL_ROW.finditer(run["result"].get("stdout") or "")
-        )
-        if int(row[0]) == _printed_size(size)
+        float(row[7]) for run in done for row in run["rows"] if int(row[0]) == _printed_size(size)
     ]
     failed = [run["said"] for run in done if not run["ran"]]
     return {

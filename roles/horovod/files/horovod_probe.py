@@ -25,8 +25,9 @@ import subprocess
 import sys
 import sysconfig
 
-# The role variables the probe is given (without the horovod_ prefix), plus the host's
-# architecture (ansible_facts) and whether Ansible runs in check mode.
+# The role variables the probe is given (without the horovod_ prefix), plus the NVIDIA GPUs on
+# the PCI bus (compat_pci), the host's architecture (ansible_facts) and whether Ansible runs in
+# check mode.
 SETTINGS = (
     "nvidia_gpus",
     "record_path",
