@@ -3,7 +3,7 @@
 Each role option has a kind: the one its argument spec already says (spec_kind: choice, allow_http,
 bool, mapping), or the format variable_kinds.yml (next to this file) gives it where the spec cannot
 say it; KINDS below says what each kind accepts. Every role's tasks/validate.yml starts by
-including roles/compat/tasks/kinds.yml, which checks every variable of that role with
+including roles/gpurig/tasks/kinds.yml, which checks every variable of that role with
 
     dict(names | zip(query('ansible.builtin.vars', *names))) | gpurig_kind_problems
 
@@ -205,9 +205,9 @@ def mapping_of(check: Callable) -> Callable:
 @cache
 def compat_cupy_packages() -> frozenset[str]:
     """The CuPy wheels compat.yml names, one per CUDA major."""
-    # The role compat's vars: one variable, compat_matrix, holding the table.
-    table = REPO / "roles/compat/vars/main/compat.yml"
-    compat = yaml.safe_load(table.read_text())["compat_matrix"]
+    # The role compat's vars: one variable, gpurig_compat, holding the table.
+    table = REPO / "roles/gpurig/vars/main/compat.yml"
+    compat = yaml.safe_load(table.read_text())["gpurig_compat"]
     return frozenset(
         entry["cupy"] for entry in compat.get("cuda_major", {}).values() if "cupy" in entry
     )
@@ -414,9 +414,24 @@ KINDS: dict[str, Kind] = {
         ("90", ["9.0"], ["sm_90"], ["compute_90"], [""], [None]),
     ),
     "conda_channels": Kind(
-        "a list of conda channel names (conda-forge) or https:// channel URLs",
-        list_of(lambda v: (is_str(v) and bool(CONDA_CHANNEL.match(v))) or is_https_url(v)),
-        ("conda-forge", ["conda forge"], ["http://mirror.example/c"], [""], [None]),
+        "a non-empty list of conda channel names (conda-forge) or https:// channel URLs, without "
+        '"defaults" (Anaconda\'s channel, under its terms of service)',
+        lambda v: (
+            bool(v)
+            and "defaults" not in v
+            and list_of(lambda c: (is_str(c) and bool(CONDA_CHANNEL.match(c))) or is_https_url(c))(
+                v
+            )
+        ),
+        (
+            "conda-forge",
+            [],
+            ["conda-forge", "defaults"],
+            ["conda forge"],
+            ["http://mirror.example/c"],
+            [""],
+            [None],
+        ),
     ),
     "cupy_package": Kind(
         "a CuPy wheel compat.yml names",

@@ -79,8 +79,9 @@ def undeclared_variables(
 ) -> list[str]:
     """The given names that look like a role's or the project's own but that nothing declares: those
     with a role's prefix (nvidia_, cuda_, ...) or the project's (gpurig_, its switches'), and those
-    so alike a declared name or switch that they are its misspelling (nvida_driver_branch)."""
-    known = set(declared) | set(switches)
+    so alike a declared name or switch that they are its misspelling (nvida_driver_branch). A former
+    name (RENAMED) is not one of them: renamed_message refuses it."""
+    known = set(declared) | set(switches) | set(RENAMED)
     prefixes = set(role_prefixes(roles)) | {name.split("_")[0] for name in switches}
     return sorted(
         name
@@ -110,11 +111,14 @@ def did_you_mean(name: str, declared: Iterable[str]) -> list[str]:
 
 
 def misspelling_hint(names: Iterable[str], declared: Iterable[str]) -> str:
-    """'<name>: did you mean <a> or <b>? ' for each name with a suggestion, in the order given."""
-    declared = list(declared)
+    """'<name>: did you mean <a> or <b>? ' for each name with a suggestion, in the order given. A
+    misspelt former name (RENAMED) is answered with its present one."""
+    known = list(declared) + list(RENAMED)
     hints = []
     for name in names:
-        alike = did_you_mean(name, declared)
+        alike = list(
+            dict.fromkeys(RENAMED.get(known, known) for known in did_you_mean(name, known))
+        )
         if alike:
             hints.append(f"{name}: did you mean {' or '.join(alike)}? ")
     return "".join(hints)
@@ -140,38 +144,44 @@ def undeclared_message(names: Iterable[str], declared: Iterable[str], strict: bo
     )
 
 
-def overridden_variables(given: Iterable[str], shared: Mapping[str, str]) -> list[str]:
-    """The variables playbooks/vars/shared.yml sets that were given too (play variables outrank the
-    inventory, so the given value is not used)."""
-    given = set(given)
-    return sorted(name for name in shared if name in given)
+# Variables the roles read under another name since the values several roles share moved into the
+# role gpurig (2026-11-28): old name -> present name. Given under the old name, a value would be
+# ignored (the roles would install their defaults), so every playbook's preflight stops on one and
+# names the new one.
+RENAMED = {
+    "nvidia_driver_branch": "gpurig_driver_branch",
+    "cuda_toolkit_driver_branch": "gpurig_driver_branch",
+    "dcgm_driver_branch": "gpurig_driver_branch",
+    "cuda_toolkit_version": "gpurig_cuda_version",
+    "cudnn_cuda_version": "gpurig_cuda_version",
+    "nccl_cuda_version": "gpurig_cuda_version",
+    "python_env_cuda_version": "gpurig_cuda_version",
+    "conda_prefix": "gpurig_conda_prefix",
+    "python_env_conda_prefix": "gpurig_conda_prefix",
+    "conda_channels": "gpurig_conda_channels",
+    "python_env_conda_channels": "gpurig_conda_channels",
+    "python_env_path": "gpurig_env_path",
+    "python_env_name": "gpurig_env_path",
+    "python_env_venv_root": "gpurig_env_path",
+    "horovod_env_path": "gpurig_env_path",
+    "python_env_pip_extra_args": "gpurig_pip_extra_args",
+    "horovod_pip_extra_args": "gpurig_pip_extra_args",
+    "gpu_prereqs_secure_boot_modules_signed": "nvidia_driver_secure_boot_modules_signed",
+    "gpu_prereqs_driver_modules_signed": "nvidia_driver_distro_signed_modules",
+}
 
 
-def overridden_hint(names: Iterable[str], shared: Mapping[str, str]) -> str:
-    """'<name> takes <expression>' for each, the expression without its braces."""
-    return "; ".join(
-        f"{name} takes {str(shared[name]).replace('{', '').replace('}', '').strip()}"
-        for name in names
-    )
-
-
-def overridden_message(
-    names: Iterable[str], shared: Mapping[str, str], strict: bool = False
-) -> str:
-    """The warning (or, with gpurig_strict_vars, the refusal) naming overridden variables."""
-    names = list(names)
-    verb, _ = _is_are(names)
-    hint = overridden_hint(names, shared)
-    if strict:
-        return (
-            f"{', '.join(names)}: given, but site.yml passes a value of its own "
-            f"(playbooks/vars/shared.yml; gpurig_strict_vars is true): {hint}. Set that variable "
-            "instead."
-        )
+def renamed_message(given: Iterable[str]) -> str:
+    """'' when no given variable has a former name; else the refusal naming each with its new
+    name."""
+    old = sorted(set(given) & set(RENAMED))
+    if not old:
+        return ""
+    pairs = "; ".join(f"{name} is now {RENAMED[name]}" for name in old)
     return (
-        f"WARNING: {', '.join(names)} {verb} given, but site.yml passes a value of its own "
-        f"(playbooks/vars/shared.yml), which wins over the inventory ({hint}). Set that variable "
-        "instead. Set gpurig_strict_vars: true to stop on this."
+        f"{', '.join(old)}: renamed, so the value given would be ignored ({pairs}). "
+        "Set the new name instead (python_env_name and python_env_venv_root: set gpurig_env_path "
+        "to the whole path)."
     )
 
 
@@ -205,6 +215,5 @@ class FilterModule:
             "gpurig_undeclared_message": lambda names, switches=(), strict=False: (
                 undeclared_message(names, declared_variables() + list(switches), strict)
             ),
-            "gpurig_overridden_variables": overridden_variables,
-            "gpurig_overridden_message": overridden_message,
+            "gpurig_renamed_message": renamed_message,
         }

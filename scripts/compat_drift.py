@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Is compat.yml current? Compare it with NVIDIA's repo indexes, PyTorch's wheel indexes and PyPI.
 
-The table is roles/compat/vars/main/compat.yml (load_compat).
+The table is roles/gpurig/vars/main/compat.yml (load_compat).
 
 For maintainers, on any machine with network (the roles' own contact checks run on the targets).
 Per OS (compat.yml's `distros`, keyed by NVIDIA's repo directory) it reads
@@ -56,8 +56,8 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 # The compatibility table: the role compat's vars, one variable holding the whole table (the roles
 # that read it depend on that role; Python reads the same file here).
-COMPAT_FILE = REPO / "roles/compat/vars/main/compat.yml"
-COMPAT_VARIABLE = "compat_matrix"
+COMPAT_FILE = REPO / "roles/gpurig/vars/main/compat.yml"
+COMPAT_VARIABLE = "gpurig_compat"
 # The parsers the preflight's contact check runs on the hosts (Python 3.8, standard library): one
 # copy of the Debian Packages and OpenPGP readers for both.
 _CONTACT = importlib.util.spec_from_file_location(
@@ -68,7 +68,7 @@ _CONTACT.loader.exec_module(contact)
 
 
 def load_compat(path: Path = COMPAT_FILE) -> dict:
-    """The table from a file laid out as the role's vars ({compat_matrix: {...}})."""
+    """The table from a file laid out as the role's vars ({gpurig_compat: {...}})."""
     return yaml.safe_load(path.read_text())[COMPAT_VARIABLE]
 
 

@@ -3,7 +3,7 @@
 A host with NVIDIA GPUs on the PCI bus whose `nvidia-smi --list-gpus` fails, or lists fewer GPUs
 than the bus has, must stop the play with a message that says so, before anything is set up (no
 key pair, no code copied). Here the PCI bus is a directory tree laid out like
-/sys/bus/pci/devices (compat_pci_devices_dir) and nvidia-smi is a script first on PATH: the play
+/sys/bus/pci/devices (gpurig_pci_devices_dir) and nvidia-smi is a script first on PATH: the play
 runs against this machine over a local connection, in check mode.
 """
 
@@ -54,7 +54,7 @@ def run_bench_playbook(tmp_path: Path, gpus: int, listed: int, rc: int, *args: s
                             "bench_python": sys.executable,
                             "bench_workdir": str(tmp_path / "work"),
                             "bench_ssh_key": str(tmp_path / "ssh" / "id_ed25519"),
-                            "compat_pci_devices_dir": str(pci_tree(tmp_path / "pci", gpus)),
+                            "gpurig_pci_devices_dir": str(pci_tree(tmp_path / "pci", gpus)),
                         }
                     }
                 }

@@ -272,7 +272,7 @@ def host_state(container: str) -> list[str]:
     return done.stdout.splitlines()
 
 
-# roles/compat/tasks/check-mode-report.yml's message: "Check mode: <role> would <what>".
+# roles/gpurig/tasks/check-mode-report.yml's message: "Check mode: <role> would <what>".
 WOULD = re.compile(r"^Check mode: (?P<role>[a-z_]+) would (?P<what>.+)$", re.S)
 # A result the default callback prints with ansible.cfg's callback_result_format (yaml): the
 # "ok/changed: [host] =>" line, then the result as YAML indented by four spaces.
@@ -298,11 +298,11 @@ def assert_check_mode_report(out: str, given: dict) -> None:
     inventory/example's group variables), else compat.yml's defaults."""
     would = {m["role"]: m["what"] for m in map(WOULD.match, messages(out)) if m}
     assert set(would) == STOPPING_ROLES, would
-    matrix = yaml.safe_load((REPO / "roles/compat/vars/main/compat.yml").read_text())
-    compat = matrix["compat_matrix"]
+    matrix = yaml.safe_load((REPO / "roles/gpurig/vars/main/compat.yml").read_text())
+    compat = matrix["gpurig_compat"]
     default = compat["distros"]["debian12"]["default"]
-    branch = given.get("nvidia_driver_branch", default["branch"])
-    cuda = given.get("cuda_toolkit_version", default["cuda"])
+    branch = given.get("gpurig_driver_branch", default["branch"])
+    cuda = given.get("gpurig_cuda_version", default["cuda"])
     assert f"driver branch {branch}" in would["nvidia_driver"]
     assert f"cuda-toolkit-{cuda.replace('.', '-')}" in would["cuda_toolkit"]
     assert f"+cuda{cuda}" in would["nccl"]

@@ -40,7 +40,7 @@ FAULT_MESSAGES = {
     "compat_driver_branch": "Driver branch 565 is not one compat.yml lists for debian12",
     "persistence_mode": "Persistence mode is off on GPU(s) 0, 00000000:07:00.0, 565.57.01,",
     "fabric_manager": 'gpuhost has 6 NVSwitch(es) but nvidia-fabricmanager is "inactive"',
-    "cuda_release": "/nvcc reports CUDA 11.1 (rc 0), but cuda_toolkit_version is 13.0.",
+    "cuda_release": "/nvcc reports CUDA 11.1 (rc 0), but gpurig_cuda_version is 13.0.",
     "compat_cuda": "CUDA 11.1 with driver branch 565 on debian12 is not a combination",
     "cudnn_version": (
         "cuDNN is not installed where the cudnn role puts it, but cudnn_version is 9.20.0.48"
@@ -72,8 +72,8 @@ FAULT_MESSAGES = {
 GPUS_PRESENT_MESSAGE = "gpuhost has no NVIDIA GPU on the PCI bus: it should not be in gpu_nodes."
 # What the inventory would set: the versions the healthy stand-ins report, and DCGM.
 EXPECTED = {
-    "nvidia_driver_branch": "580",
-    "cuda_toolkit_version": "13.0",
+    "gpurig_driver_branch": "580",
+    "gpurig_cuda_version": "13.0",
     "cudnn_version": "9.20.0.48",
     "nccl_version": "2.29.7-1",
     # DCGM installed (the dcgm role's default), its diagnostic at the acceptance run's level.

@@ -241,9 +241,7 @@ def test_python_env_defaults_come_from_compat_yml(variable, key):
     defaults = yaml.safe_load((PYTHON_ENV / "defaults/main.yml").read_text())
     assert " ".join(defaults[variable].split()) == f"{{{{ python_env_compat_major.{key} }}}}"
     internal = yaml.safe_load((PYTHON_ENV / "vars/main.yml").read_text())
-    assert (
-        "python_env_compat.cuda_major[python_env_cuda_major]" in internal["python_env_compat_major"]
-    )
+    assert "gpurig_compat.cuda_major[python_env_cuda_major]" in internal["python_env_compat_major"]
 
 
 def test_wheelhouse_carries_compat_yml_s_cupy_for_cuda_13():
@@ -295,9 +293,7 @@ def test_nvidia_ml_py_floor_is_compat_yml_s_everywhere():
     pyproject = (ROOT / "pyproject.toml").read_text()
     assert f'"nvidia-ml-py>={floor}"' in pyproject
     defaults = yaml.safe_load((PYTHON_ENV / "defaults/main.yml").read_text())
-    assert (
-        "nvidia-ml-py>={{ python_env_compat.nvidia_ml_py_min }}" in defaults["python_env_packages"]
-    )
+    assert "nvidia-ml-py>={{ gpurig_compat.nvidia_ml_py_min }}" in defaults["python_env_packages"]
 
 
 def test_the_tests_tensorflow_is_the_release_compat_yml_installs():
@@ -352,14 +348,14 @@ def test_no_role_reads_a_path_outside_itself_through_role_path():
     assert found == {}
 
 
-def test_the_table_and_the_host_s_key_are_the_role_compat_s_only_variables():
+def test_the_table_and_the_host_s_key_are_the_role_gpurig_s_only_vars():
     # Ansible loads every file in a role's vars/main/ directory as the role's vars: compat.yml holds
     # the whole table under one name, which load_compat and the roles read; host.yml the host's key.
-    assert drift.COMPAT_FILE.parent == ROLES / "compat/vars/main"
+    assert drift.COMPAT_FILE.parent == ROLES / "gpurig/vars/main"
     assert sorted(p.name for p in drift.COMPAT_FILE.parent.iterdir()) == ["compat.yml", "host.yml"]
     assert list(yaml.safe_load(drift.COMPAT_FILE.read_text())) == [drift.COMPAT_VARIABLE]
     host = yaml.safe_load((drift.COMPAT_FILE.parent / "host.yml").read_text())
-    assert list(host) == ["compat_distro", "compat_default_branch", "compat_default_cuda"]
+    assert list(host) == ["gpurig_os"]
     assert {"branches", "cuda", "cuda_major", "distros", "nvidia_repo_keys"} <= set(COMPAT)
 
 
@@ -368,32 +364,39 @@ def dependencies(role: str) -> list[str]:
     return [d if isinstance(d, str) else d["role"] for d in meta.get("dependencies") or []]
 
 
-def test_each_role_reading_the_table_depends_on_compat():
-    # Ansible gives a role the vars of its meta/main.yml dependencies: without the dependency,
-    # compat_matrix and compat_distro would be undefined whenever the role runs on its own.
+def test_each_role_reading_gpurig_s_variables_depends_on_it():
+    # Ansible gives a role the vars and defaults of its meta/main.yml dependencies: without the
+    # dependency, gpurig_compat, gpurig_os and the shared values (gpurig_driver_branch, ...) would
+    # be undefined whenever the role runs on its own. Its task files (kinds, pci,
+    # check-mode-report), which apt_source and package_hold include too, read only what they are
+    # given and the table.
+    shared = (
+        r"gpurig_(compat|os|driver_branch|cuda_version|conda_prefix|conda_channels|env_path"
+        r"|pip_extra_args)"
+    )
     readers = {
         path.relative_to(ROLES).parts[0]
-        for path in ROLES.rglob("*.yml")
-        if re.search(r"\bcompat_(matrix|distro)\b", path.read_text())
-    } - {"compat"}
-    assert {"nvidia_repo", "nvidia_driver", "python_env"} <= readers
+        for path in ROLES.glob("*/[dvt]*/**/*.yml")
+        if re.search(rf"\b{shared}\b", path.read_text())
+    } - {"gpurig"}
+    assert {"nvidia_repo", "nvidia_driver", "python_env", "conda", "horovod"} <= readers
     assert {
-        role: dependencies(role) for role in readers if "compat" not in dependencies(role)
+        role: dependencies(role) for role in readers if "gpurig" not in dependencies(role)
     } == {}
 
 
 def test_the_host_s_key_in_the_table_is_worked_out_once():
-    """roles/compat/vars/main/host.yml's compat_distro is the one expression that turns facts into
+    """roles/gpurig/vars/main/host.yml's gpurig_os is the one expression that turns facts into
     compat.yml's OS key; the roles and verify.yml read it."""
     found = []
     for path in [*ROOT.glob("roles/**/*.yml"), *ROOT.glob("playbooks/**/*.yml"), ROOT / "site.yml"]:
         if "distribution_version'] | replace('.', '')" in path.read_text():
             found.append(str(path.relative_to(ROOT)))
-    assert found == ["roles/compat/vars/main/host.yml"]
+    assert found == ["roles/gpurig/vars/main/host.yml"]
 
 
 def test_the_os_default_branch_and_cuda_are_looked_up_once():
-    """compat_default_branch and compat_default_cuda (roles/compat/vars/main/host.yml) are the one
+    """gpurig_driver_branch and gpurig_cuda_version (roles/gpurig/defaults/main.yml) are the one
     lookup of each; roles and verify.yml read them, with no literal fallback of their own."""
     found = {"branch": [], "cuda": []}
     for path in [*ROOT.glob("roles/**/*.yml"), *ROOT.glob("playbooks/**/*.yml"), ROOT / "site.yml"]:
@@ -402,13 +405,13 @@ def test_the_os_default_branch_and_cuda_are_looked_up_once():
             if re.search(rf"\.default\.{what}\b", text):
                 found[what].append(str(path.relative_to(ROOT)))
     assert found == {
-        "branch": ["roles/compat/vars/main/host.yml"],
-        "cuda": ["roles/compat/vars/main/host.yml"],
+        "branch": ["roles/gpurig/defaults/main.yml"],
+        "cuda": ["roles/gpurig/defaults/main.yml"],
     }
 
 
 def test_the_pci_bus_is_read_in_one_place():
-    """roles/compat/tasks/pci.yml is the one reading of the PCI bus (compat_pci: the NVIDIA GPUs and
+    """roles/gpurig/tasks/pci.yml is the one reading of the PCI bus (gpurig_pci: the NVIDIA GPUs and
     NVSwitches) for the roles and playbooks; they include it, and no other YAML file or role script
     walks a PCI devices directory. (The Slurm health check, playbooks/files/gpurig_healthcheck.py,
     counts the GPUs on the bus when Slurm runs it, away from Ansible: that count is its check.)"""
@@ -419,7 +422,7 @@ def test_the_pci_bus_is_read_in_one_place():
         and path.suffix in (".yml", ".py", ".sh")
         and re.search(r"dev/vendor|\"vendor\"\)", path.read_text())  # sh's $dev/vendor, open()
     ]
-    assert readers == ["roles/compat/tasks/pci.yml"]
+    assert readers == ["roles/gpurig/tasks/pci.yml"]
     includes = [
         str(path.relative_to(ROOT))
         for path in [*ROOT.glob("roles/**/*.yml"), *ROOT.glob("playbooks/**/*.yml")]

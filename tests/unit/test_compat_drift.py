@@ -373,4 +373,4 @@ def test_a_table_not_laid_out_as_compat_yml_is_refused_by_its_entry(sources, cap
     code = run(sources, "--distro", "ubuntu2204", compat=compat)
     err = capsys.readouterr().err
     assert code == 2
-    assert "is not laid out as roles/compat/vars/main/compat.yml: KeyError: 'default'" in err
+    assert "is not laid out as roles/gpurig/vars/main/compat.yml: KeyError: 'default'" in err

@@ -303,7 +303,7 @@ def test_system_nccl_must_be_built_for_torchs_cuda_major(deb, ok):
         return
     assert refusal(s, f) == (
         "NCCL in /usr is built for CUDA 12, torch 2.13.0+cu130 for CUDA 13.0: install NCCL for CUDA"
-        " 13 (nccl_cuda_version) or leave horovod_nccl_home empty (torch's own NCCL)."
+        " 13 (gpurig_cuda_version) or leave horovod_nccl_home empty (torch's own NCCL)."
     )
 
 

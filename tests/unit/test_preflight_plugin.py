@@ -1,7 +1,7 @@
 """filter_plugins/gpurig_preflight.py: which roles site.yml's preflight checks for a run's tags,
-and what it says about variables no role declares or that site.yml passes itself.
+and what it says about variables no role declares or that were renamed.
 
-The pure functions are checked against site.yml's own role table and playbooks/vars/shared.yml;
+The pure functions are checked against site.yml's own role table;
 two real ansible-playbook runs (connection local) show site.yml wiring them to Ansible's
 ansible_run_tags / ansible_skip_tags. Neither runs a role, so this machine is left as it was: in
 the first, the one role the tags leave is off for every host; the second selects it with --tags
@@ -31,10 +31,9 @@ spec.loader.exec_module(preflight)
 PLAY = yaml.safe_load((REPO / "site.yml").read_text())[0]
 GROUPS: dict[str, str] = PLAY["vars"]["site_role_groups"]
 PRE_TASKS = {task["name"] for task in PLAY["pre_tasks"] if "preflight" in task.get("tags", [])}
-SHARED: dict[str, str] = yaml.safe_load((REPO / "playbooks/vars/shared.yml").read_text())
 NVIDIA = [role for role, group in GROUPS.items() if group == "nvidia"]
 PYTHON = [role for role, group in GROUPS.items() if group == "python"]
-DECLARED = ["nvidia_driver_branch", "nvidia_driver_allow_eol_branch", "cuda_toolkit_version"]
+DECLARED = ["nvidia_driver_version", "nvidia_driver_source", "nvidia_driver_allow_eol_branch"]
 
 
 def selected(run_tags, skip_tags=(), disabled=("container_runtime",)):
@@ -90,7 +89,7 @@ def test_prefixes_are_the_first_word_of_each_role():
 def test_undeclared_names_carry_a_role_prefix_and_no_role_declares_them():
     given = [
         "nvidia_driver_brnach",  # misspelt
-        "nvidia_driver_branch",  # declared
+        "gpurig_driver_branch",  # declared
         "cuda_tolkit_version",  # misspelt
         "ansible_host",  # not a role's
         "gpurig_strict_vars",  # not a role's
@@ -123,7 +122,10 @@ def test_a_misspelt_prefix_or_switch_is_named_too():
         "nvidiadriver_branch",
     ]
     known = DECLARED + SWITCHES
-    assert preflight.did_you_mean("nvida_driver_branch", known) == ["nvidia_driver_branch"]
+    # its former name is the closest: answered with the present one
+    assert preflight.misspelling_hint(["nvida_driver_branch"], known) == (
+        "nvida_driver_branch: did you mean gpurig_driver_branch? "
+    )
     assert preflight.did_you_mean("gpurig_strict_var", known) == ["gpurig_strict_vars"]
     assert preflight.did_you_mean("gpurig_debug", known) == []
 
@@ -145,7 +147,7 @@ def test_the_filters_compare_with_every_role_s_argument_spec():
         misspelt
     )
     message = filters["gpurig_undeclared_message"](["nvidia_driver_brnach"], strict=True)
-    assert message.endswith("nvidia_driver_brnach: did you mean nvidia_driver_branch? ")
+    assert message.endswith("nvidia_driver_brnach: did you mean gpurig_driver_branch? ")
     # site.yml passes its switches: a misspelling of one is named, with the switch it may mean
     assert filters["gpurig_undeclared_variables"](["gpurig_strict_var"], SWITCHES) == [
         "gpurig_strict_var"
@@ -155,19 +157,18 @@ def test_the_filters_compare_with_every_role_s_argument_spec():
 
 
 def test_a_typing_slip_suggests_only_the_name_with_the_same_letters():
-    assert preflight.did_you_mean("nvidia_drvier_branch", DECLARED) == ["nvidia_driver_branch"]
+    assert preflight.did_you_mean("nvidia_drvier_source", DECLARED) == ["nvidia_driver_source"]
 
 
 def test_without_one_the_same_first_and_last_word_are_offered():
     assert preflight.did_you_mean("nvidia_drv_branch", DECLARED) == [
-        "nvidia_driver_allow_eol_branch",
-        "nvidia_driver_branch",
+        "nvidia_driver_allow_eol_branch"
     ]
 
 
 def test_a_name_two_entry_points_declare_is_suggested_once():
-    assert preflight.did_you_mean("nvidia_driver_brnach", DECLARED + DECLARED) == [
-        "nvidia_driver_branch"
+    assert preflight.did_you_mean("nvidia_driver_soruce", DECLARED + DECLARED) == [
+        "nvidia_driver_source"
     ]
 
 
@@ -178,7 +179,7 @@ def test_nothing_alike_suggests_nothing():
 def test_the_warning_names_the_variable_and_what_it_may_mean():
     assert preflight.undeclared_message(["nvidia_driver_brnach"], DECLARED) == (
         "WARNING: nvidia_driver_brnach is set but no role declares it (a misspelling? nothing reads"
-        " it). nvidia_driver_brnach: did you mean nvidia_driver_branch? Set gpurig_strict_vars:"
+        " it). nvidia_driver_brnach: did you mean gpurig_driver_branch? Set gpurig_strict_vars:"
         " true to stop on this."
     )
 
@@ -188,29 +189,38 @@ def test_the_refusal_names_each_variable_and_skips_those_without_a_suggestion():
     assert preflight.undeclared_message(names, DECLARED, strict=True) == (
         "nccl_foo, nvidia_drv_branch: set, but no role declares them (gpurig_strict_vars is"
         " true). nvidia_drv_branch: did you mean nvidia_driver_allow_eol_branch or"
-        " nvidia_driver_branch? "
+        " gpurig_driver_branch? "
     )
 
 
-# --- variables site.yml passes itself -------------------------------------------------------------
+# --- variables renamed --------------------------------------------------------------------------
 
 
-def test_given_variables_that_shared_yml_sets_are_named_with_what_they_take():
-    given = ["horovod_env_path", "cudnn_cuda_version", "cuda_toolkit_version", "ansible_host"]
-    overridden = preflight.overridden_variables(given, SHARED)
-    assert overridden == ["cudnn_cuda_version", "horovod_env_path"]
-    assert preflight.overridden_message(overridden, SHARED, strict=True) == (
-        "cudnn_cuda_version, horovod_env_path: given, but site.yml passes a value of its own"
-        " (playbooks/vars/shared.yml; gpurig_strict_vars is true): cudnn_cuda_version takes"
-        " cuda_toolkit_version; horovod_env_path takes python_env_path. Set that variable instead."
+def test_a_former_name_is_refused_with_its_present_one():
+    assert preflight.renamed_message(["gpurig_driver_branch", "ansible_host"]) == ""
+    assert preflight.renamed_message(
+        ["python_env_path", "nvidia_driver_branch", "ansible_host"]
+    ) == (
+        "nvidia_driver_branch, python_env_path: renamed, so the value given would be ignored"
+        " (nvidia_driver_branch is now gpurig_driver_branch; python_env_path is now"
+        " gpurig_env_path). Set the new name instead (python_env_name and python_env_venv_root: set"
+        " gpurig_env_path to the whole path)."
     )
-    assert preflight.overridden_message(["gpu_prereqs_driver_modules_signed"], SHARED) == (
-        "WARNING: gpu_prereqs_driver_modules_signed is given, but site.yml passes a value of its"
-        " own (playbooks/vars/shared.yml), which wins over the inventory"
-        " (gpu_prereqs_driver_modules_signed takes nvidia_driver_source == 'distro' and"
-        " nvidia_driver_distro_signed_modules | bool). Set that variable instead. Set"
-        " gpurig_strict_vars: true to stop on this."
+
+
+def test_a_former_name_is_not_called_undeclared_but_its_misspelling_gets_the_present_one():
+    assert (
+        preflight.undeclared_variables(["nvidia_driver_branch"], DECLARED, ["nvidia_driver"]) == []
     )
+    assert preflight.misspelling_hint(["nvidia_driver_brnach"], DECLARED) == (
+        "nvidia_driver_brnach: did you mean gpurig_driver_branch? "
+    )
+
+
+def test_every_present_name_is_declared():
+    declared = set(preflight.declared_variables())
+    assert set(preflight.RENAMED.values()) <= declared
+    assert not set(preflight.RENAMED) & declared
 
 
 # --- site.yml wired to Ansible's tags -------------------------------------------------------------
@@ -224,7 +234,7 @@ RUNS = [
         {
             "misspelt": {"nvidia_driver_brnach": "550"},
             "misspelt-strict": {"nvidia_driver_brnach": "550", "gpurig_strict_vars": True},
-            "overridden": {"cudnn_cuda_version": "12.2"},
+            "renamed": {"cuda_toolkit_version": "12.2"},
             "misprefixed": {"nvida_driver_branch": "550", "gpurig_strict_var": True},
         },
         ["--tags", "preflight,containers", "--skip-tags", "nvidia,python"],
@@ -308,26 +318,28 @@ def test_site_yml_names_the_misspelling_and_refuses_it_when_strict(preflight_run
     assert shown(warned, "misspelt") == preflight.undeclared_message(
         ["nvidia_driver_brnach"], spec_options("nvidia_driver")
     )
-    assert shown(warned, "misspelt-strict") is None and shown(warned, "overridden") is None
+    assert shown(warned, "misspelt-strict") is None and shown(warned, "renamed") is None
     refused = preflight_run[
         "Refuse variables that look like a role's but that no role declares (gpurig_strict_vars)."
     ]
     assert refused["misspelt-strict"]["failed"]
-    assert "did you mean nvidia_driver_branch" in refused["misspelt-strict"]["msg"]
+    assert "did you mean gpurig_driver_branch" in refused["misspelt-strict"]["msg"]
 
 
 def test_site_yml_names_a_misspelt_prefix_and_a_misspelt_switch(preflight_run):
     warned = preflight_run["Name the variables that look like a role's but that no role declares."]
     message = shown(warned, "misprefixed")
-    assert "nvida_driver_branch: did you mean nvidia_driver_branch?" in message
+    assert "nvida_driver_branch: did you mean gpurig_driver_branch?" in message
     assert "gpurig_strict_var: did you mean gpurig_strict_vars?" in message
 
 
-def test_site_yml_names_a_variable_it_passes_itself(preflight_run):
-    warned = preflight_run["Name the variables site.yml passes that were given too."]
-    assert shown(warned, "overridden").startswith("WARNING: cudnn_cuda_version is given")
-    assert "cudnn_cuda_version takes cuda_toolkit_version" in shown(warned, "overridden")
-    assert shown(warned, "misspelt") is None
+def test_site_yml_refuses_a_former_name_before_any_role_runs(preflight_run):
+    refused = preflight_run[
+        "Refuse variables given under a former name (their value would be ignored)."
+    ]
+    assert refused["renamed"]["failed"]
+    assert "cuda_toolkit_version is now gpurig_cuda_version" in refused["renamed"]["msg"]
+    assert not refused["misspelt"].get("failed")
 
 
 def test_site_yml_checks_only_the_roles_the_tags_leave(preflight_run):
@@ -342,8 +354,8 @@ def test_site_yml_checks_only_the_roles_the_tags_leave(preflight_run):
         for host, result in checked.items()
     }
     # the selected role, then the helper roles it calls (their given variables only)
-    assert roles["containers-on"] == ["container_runtime", "package_hold", "apt_source"]
-    assert roles["misspelt"] == [] and roles["overridden"] == []
+    assert roles["containers-on"] == ["container_runtime", "gpurig", "package_hold", "apt_source"]
+    assert roles["misspelt"] == [] and "renamed" not in roles
 
 
 def test_site_yml_refuses_a_helper_role_s_variable_before_any_role_runs(preflight_run):

@@ -3,8 +3,8 @@
 meta/argument_specs.yml holds a variable's type, choices and description; defaults/main.yml its
 default (the one Ansible applies). Each README's variables table is generated from the two by
 scripts/role_docs.py, and `--check` must find every README current. A role also never reads another
-role's variable: site.yml passes shared values into each role's own variable
-(playbooks/vars/shared.yml), so every meta/main.yml can truthfully say `dependencies: []`.
+role's variable, but those of gpurig, the values the roles share, which it then names as its one
+dependency.
 Plain YAML reading; nothing here runs Ansible.
 """
 
@@ -171,31 +171,19 @@ def test_role_reads_no_other_roles_variables(role):
     readers = {}
     for path in sorted((ROLES_DIR / role).rglob("*")):
         if path.is_file() and (path.suffix in {".yml", ".yaml"} or path.suffix == ".j2"):
-            others = {n for n in variables_read(path) if role_of(n) not in (None, role)}
+            others = {n for n in variables_read(path) if role_of(n) not in (None, role, "gpurig")}
             if others:
                 readers[str(path.relative_to(REPO))] = sorted(others)
     assert readers == {}, (
-        f"{role} reads other roles' variables (pass them at the play instead): {readers}"
+        f"{role} reads other roles' variables (shared ones belong to gpurig): {readers}"
     )
 
 
 @pytest.mark.parametrize("role", ROLES)
-def test_meta_declares_no_dependency_but_compat(role):
-    # The one dependency is the compatibility table, roles/compat (docs/DEVELOPING.md; which roles
-    # need it: tests/unit/test_compat.py).
-    assert load(ROLES_DIR / role / "meta" / "main.yml").get("dependencies") in ([], ["compat"])
-
-
-def test_shared_values_go_into_variables_the_taking_roles_declare():
-    shared = load(REPO / "playbooks" / "vars" / "shared.yml")
-    declared = {name for role in ROLES for name in role_defaults(role)}
-    for taker, expression in shared.items():
-        assert taker in declared, f"playbooks/vars/shared.yml sets {taker}, which no role declares"
-        sources = {n for n in IDENTIFIER.findall(QUOTED.sub("", expression)) if role_of(n)}
-        assert sources and sources <= declared, f"{taker}: {expression} reads {sources}"
-        assert all(role_of(n) != role_of(taker) for n in sources), (
-            f"{taker} is passed its own role's variable"
-        )
+def test_meta_declares_no_dependency_but_gpurig(role):
+    # The one dependency is roles/gpurig, the values the roles share and the compatibility table
+    # (docs/DEVELOPING.md; which roles need it: tests/unit/test_compat.py).
+    assert load(ROLES_DIR / role / "meta" / "main.yml").get("dependencies") in ([], ["gpurig"])
 
 
 def test_site_runs_every_role_with_its_group_tag():
@@ -208,7 +196,7 @@ def test_site_runs_every_role_with_its_group_tag():
     )
     assert all(tags == [name, groups[name]] for name, tags in roles)
     # The helper roles are called by the other roles with the values they compute.
-    helpers = {"apt_source", "compat", "package_hold", "repo_contact"}
+    helpers = {"apt_source", "gpurig", "package_hold", "repo_contact"}
     assert set(groups) == set(ROLES) - helpers
 
 

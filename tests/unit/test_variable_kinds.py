@@ -282,7 +282,7 @@ def test_a_variable_without_a_kind_is_left_to_test_every_option_has_a_kind():
 
 
 def test_an_unquoted_cuda_release_is_named_a_float():
-    (message,) = refusal("cuda_toolkit_version", 12.2)
+    (message,) = refusal("gpurig_cuda_version", 12.2)
     assert "12.2, a float: quote it" in message
 
 
@@ -294,35 +294,16 @@ def test_an_unquoted_cuda_release_is_named_a_float():
     sorted(role for role in SPECS if (REPO / "roles" / role / "tasks" / "validate.yml").exists()),
 )
 def test_validate_runs_the_kind_check_first_or_after_the_os_check(role):
-    """Each role's validate.yml includes the one kind check, roles/compat/tasks/kinds.yml, which
+    """Each role's validate.yml includes the one kind check, roles/gpurig/tasks/kinds.yml, which
     checks the variables of the role including it (the first of ansible_parent_role_names)."""
     text = (REPO / "roles" / role / "tasks" / "validate.yml").read_text()
     tasks = yaml.safe_load(text)
     names = [task["name"] for task in tasks]
-    index = names.index("Check each variable by its kind (roles/compat/tasks/kinds.yml).")
+    index = names.index("Check each variable by its kind (roles/gpurig/tasks/kinds.yml).")
     task = tasks[index]["ansible.builtin.include_role"]
-    assert task == {"name": "compat", "tasks_from": "kinds"}
+    assert task == {"name": "gpurig", "tasks_from": "kinds"}
     # Only what makes the role's defaults renderable (the OS, compat.yml's entry) comes before.
     assert index <= 2, f"{role}: the kind check is task {index + 1} of validate.yml"
-
-
-def test_shared_values_go_between_variables_of_the_same_kind():
-    """site.yml passes an owning role's variable into a taking role's (playbooks/vars/shared.yml):
-    both must be of one kind, so a value one role accepts the other accepts too, however it was
-    set."""
-    shared = yaml.safe_load((REPO / "playbooks" / "vars" / "shared.yml").read_text())
-    pairs = {}
-    for taker, expression in shared.items():
-        match = re.fullmatch(r"\{\{\s*([a-z][a-z0-9_]*)\s*\}\}", expression.strip())
-        if match:
-            pairs[taker] = match.group(1)
-        else:  # an expression: the taker is a bool the expression computes
-            assert kind_of(taker) == "bool", f"{taker}: {expression}"
-    assert pairs, "shared.yml passes no variable"
-    for taker, owner in pairs.items():
-        assert TABLE[taker].replace(" or empty", "") == TABLE[owner].replace(" or empty", ""), (
-            f"{taker} ({TABLE[taker]}) takes {owner} ({TABLE[owner]})"
-        )
 
 
 def test_the_test_plugin_offers_the_same_checks():

@@ -64,13 +64,13 @@ CASES: dict[str, tuple[dict, str, str]] = {
     ),
     # nvidia_driver
     "driver branch two digits": (
-        {"nvidia_driver_branch": "53"},
-        "nvidia_driver_branch",
+        {"gpurig_driver_branch": "53"},
+        "gpurig_driver_branch",
         '"53"',
     ),
     "driver branch with an r prefix": (
-        {"nvidia_driver_branch": "r535"},
-        "nvidia_driver_branch",
+        {"gpurig_driver_branch": "r535"},
+        "gpurig_driver_branch",
         "r535",
     ),
     "unknown driver source": (
@@ -94,24 +94,24 @@ CASES: dict[str, tuple[dict, str, str]] = {
         "60",
     ),
     "driver branch NVIDIA does not publish": (
-        {"nvidia_driver_branch": "999"},
-        "nvidia_driver_branch",
+        {"gpurig_driver_branch": "999"},
+        "gpurig_driver_branch",
         '"999" is not a branch NVIDIA publishes for debian12',
     ),
     # Canonical's -server packages: only the branches compat.yml lists for the release (20.04: 535)
     "distro driver branch Canonical does not publish (Ubuntu 20.04)": (
-        {"nvidia_driver_source": "distro", "nvidia_driver_branch": "580"},
-        "nvidia_driver_branch",
+        {"nvidia_driver_source": "distro", "gpurig_driver_branch": "580"},
+        "gpurig_driver_branch",
         '"580" is not a branch Canonical publishes as -server packages for ubuntu2004',
     ),
     # A branch past its end of life (compat.yml's branches), without nvidia_driver_allow_eol_branch.
     "driver branch past its end of life": (
-        {"nvidia_driver_branch": "535"},
-        "nvidia_driver_branch",
+        {"gpurig_driver_branch": "535"},
+        "gpurig_driver_branch",
         f'"535" reached its end of life in {COMPAT["branches"]["535"]["end_of_life"]}',
     ),
     "allow_eol_branch not a boolean": (
-        {"nvidia_driver_branch": "535", "nvidia_driver_allow_eol_branch": "sometimes"},
+        {"gpurig_driver_branch": "535", "nvidia_driver_allow_eol_branch": "sometimes"},
         "nvidia_driver_allow_eol_branch",
         "bool",
     ),
@@ -122,31 +122,31 @@ CASES: dict[str, tuple[dict, str, str]] = {
     ),
     # cuda_toolkit
     "CUDA version unquoted (float)": (
-        {"cuda_toolkit_version": 12.2},
-        "cuda_toolkit_version",
+        {"gpurig_cuda_version": 12.2},
+        "gpurig_cuda_version",
         "float",
     ),
     # CUDA 13 needs R580 (compat.yml's min_branch); 570 is past its end of life, allowed here so
     # that the CUDA check is the one that refuses.
     "CUDA 13.0 on driver branch 570": (
         {
-            "cuda_toolkit_version": "13.0",
-            "nvidia_driver_branch": "570",
+            "gpurig_cuda_version": "13.0",
+            "gpurig_driver_branch": "570",
             "nvidia_driver_allow_eol_branch": True,
         },
-        "cuda_toolkit_version",
+        "gpurig_cuda_version",
         f"needs driver branch {COMPAT['cuda']['13.0']['min_branch']}",
     ),
     # CUDA 13.5 is in compat.yml's cuda table but has no NCCL build: no OS lists it, so the toolkit
     # refuses it (were one to list it, nccl would, having no default nccl_version for it).
     "CUDA 13.5, which has no NCCL build": (
-        {"cuda_toolkit_version": "13.5"},
-        "cuda_toolkit_version",
+        {"gpurig_cuda_version": "13.5"},
+        "gpurig_cuda_version",
         "NVIDIA publishes no CUDA 13.5",
     ),
     "CUDA 11": (
-        {"cuda_toolkit_version": "11.8"},
-        "cuda_toolkit_version",
+        {"gpurig_cuda_version": "11.8"},
+        "gpurig_cuda_version",
         "11.8",
     ),
     "toolkit package version of another minor": (
@@ -184,11 +184,11 @@ CASES: dict[str, tuple[dict, str, str]] = {
         "nccl_version",
         "2.18.5-1+cuda12.2",
     ),
-    # site.yml passes cuda_toolkit_version as nccl_cuda_version: an inventory value has no effect
-    "NCCL CUDA release that site.yml overrides, strict": (
-        {"nccl_cuda_version": "12.4", "gpurig_strict_vars": True},
+    # A former name: its value would be ignored, so it is refused with the present one.
+    "NCCL's CUDA release under its former name": (
+        {"nccl_cuda_version": "12.4"},
         "nccl_cuda_version",
-        "cuda_toolkit_version",
+        "nccl_cuda_version is now gpurig_cuda_version",
     ),
     # dcgm
     "dcgm_enabled not a boolean": (
@@ -201,11 +201,10 @@ CASES: dict[str, tuple[dict, str, str]] = {
         "dcgm_version",
         '"4.5.2-1"',
     ),
-    # site.yml passes nvidia_driver_branch as dcgm_driver_branch: an inventory value has no effect
-    "DCGM driver branch that site.yml overrides, strict": (
-        {"dcgm_driver_branch": "535", "gpurig_strict_vars": True},
+    "DCGM's driver branch under its former name": (
+        {"dcgm_driver_branch": "535"},
         "dcgm_driver_branch",
-        "nvidia_driver_branch",
+        "dcgm_driver_branch is now gpurig_driver_branch",
     ),
     # conda
     "conda installer checksum too short": (
@@ -214,9 +213,14 @@ CASES: dict[str, tuple[dict, str, str]] = {
         "abc123",
     ),
     "conda prefix relative": (
-        {"conda_prefix": "opt/miniforge3"},
-        "conda_prefix",
+        {"gpurig_conda_prefix": "opt/miniforge3"},
+        "gpurig_conda_prefix",
         "absolute",
+    ),
+    "conda channels with Anaconda's defaults": (
+        {"gpurig_conda_channels": ["conda-forge", "defaults"]},
+        "gpurig_conda_channels",
+        "terms of service",
     ),
     # python_env
     "unknown python_env provider": (
@@ -226,9 +230,18 @@ CASES: dict[str, tuple[dict, str, str]] = {
     ),
     # The venv provider on Ubuntu 20.04's own interpreter: too old for any torch compat.yml names.
     "venv provider with Ubuntu 20.04's own Python 3.8 (Ubuntu 20.04)": (
-        {"python_env_provider": "venv", "python_env_venv_python": UBUNTU_PYTHON},
+        {
+            "python_env_provider": "venv",
+            "python_env_venv_python": UBUNTU_PYTHON,
+            "gpurig_env_path": "/opt/venvs/train",
+        },
         "python_env_venv_python",
         "is Python 3.8;",
+    ),
+    "venv provider with the environment's path left inside Miniforge": (
+        {"python_env_provider": "venv"},
+        "gpurig_env_path",
+        "lies inside gpurig_conda_prefix",
     ),
     # TensorFlow: a Python outside the range compat.yml names for its release (the
     # conda provider's Python; torch 2.15 accepts 3.14), a package with a version, Horovod for it.
@@ -316,7 +329,7 @@ CASES: dict[str, tuple[dict, str, str]] = {
     "misspelt variable, strict": (
         {"nvidia_driver_brnach": "550", "gpurig_strict_vars": True},
         "nvidia_driver_brnach",
-        "did you mean nvidia_driver_branch",
+        "did you mean gpurig_driver_branch",
     ),
     "strict flag not a boolean": (
         {"gpurig_strict_vars": "sometimes"},
@@ -331,8 +344,8 @@ CASES: dict[str, tuple[dict, str, str]] = {
         "cudnn9-cuda-13=9.99.0.1-1 is not in",
     ),
     "driver branch missing from NVIDIA's repository": (
-        {"nvidia_driver_branch": "620"},
-        "nvidia_driver_branch",
+        {"gpurig_driver_branch": "620"},
+        "gpurig_driver_branch",
         "cuda-drivers-620 620.* is not in",
     ),
     "torch missing from the index": (
@@ -445,9 +458,9 @@ def test_good_variables_pass_the_preflight(instance, playbook, tmp_path):
         # A branch Canonical does publish for 20.04, with a CUDA release that branch runs.
         "good distro branch (Ubuntu 20.04)": {
             "nvidia_driver_source": "distro",
-            "nvidia_driver_branch": "535",
+            "gpurig_driver_branch": "535",
             "nvidia_driver_allow_eol_branch": True,
-            "cuda_toolkit_version": "12.2",
+            "gpurig_cuda_version": "12.2",
         },
     }
     inventory = write_inventory(tmp_path / "good.yml", good)
@@ -461,16 +474,16 @@ def test_good_variables_pass_the_preflight(instance, playbook, tmp_path):
     warnings = warnings_by_host(run.stdout)
     assert alias("good") not in warnings
     assert "nvidia_driver_brnach" in warnings[alias("misspelt")]
-    assert "did you mean nvidia_driver_branch" in warnings[alias("misspelt")]
+    assert "did you mean gpurig_driver_branch" in warnings[alias("misspelt")]
 
 
 def test_cases_cover_every_role():
-    # The roles site.yml runs (its site_role_groups). The others (package_hold, repo_contact,
-    # apt_source, compat) are called by those roles with values they compute,
-    # never by users (repo_contact's refusals are the contact-check cases above, named by user
-    # variables).
+    # The roles site.yml runs (its site_role_groups), and gpurig, whose values they share. The
+    # others (package_hold, repo_contact, apt_source) are called by those roles with values they
+    # compute, never by users (repo_contact's refusals are the contact-check cases above, named by
+    # user variables).
     (play,) = yaml.safe_load((PROJECT / "site.yml").read_text())
-    roles = set(play["vars"]["site_role_groups"])
+    roles = set(play["vars"]["site_role_groups"]) | {"gpurig"}
     named = {variable for _, variable, _ in CASES.values()}
     uncovered = {role for role in roles if not any(v.startswith(role + "_") for v in named)}
     assert uncovered == set(), f"no bad-variable case for {sorted(uncovered)}"

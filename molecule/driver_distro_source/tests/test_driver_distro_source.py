@@ -65,9 +65,9 @@ def test_refuses_a_branch_the_archive_moved_to_another(host, refused):
     message = refused(
         host,
         PROJECT_DIR / "playbooks" / "upgrade-driver.yml",
-        {"nvidia_driver_branch": "545", "nvidia_driver_distro_branches": ["535", "545"]},
+        {"gpurig_driver_branch": "545", "nvidia_driver_distro_branches": ["535", "545"]},
     )
     assert "offered only at 550.127.05" in message
-    assert "driver branch 545 (nvidia_driver_branch)" in message
+    assert "driver branch 545 (gpurig_driver_branch)" in message
     assert "moved this branch-named package to another branch" in message
     ds.assert_driver_held(host, VERSION)

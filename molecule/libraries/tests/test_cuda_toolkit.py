@@ -110,9 +110,9 @@ def test_refuses_toolkit_build_that_pulls_a_driver(refused_alone):
     message = refused_alone(
         "cuda_toolkit",
         {
-            "cuda_toolkit_version": "12.2",
+            "gpurig_cuda_version": "12.2",
             "cuda_toolkit_package_version": "12.2.0-1",
-            "cuda_toolkit_driver_branch": "535",
+            "gpurig_driver_branch": "535",
         },
     )
     assert "Refusing to install cuda-toolkit-12-2=12.2.0-1" in message

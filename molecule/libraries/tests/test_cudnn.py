@@ -59,10 +59,10 @@ def test_refuses_a_build_the_repo_does_not_have(want, refused_alone):
         pytest.skip("run once, on debian12")
     # The stand-in has cuDNN 8.9 builds for CUDA 12.2 only: asking for a 12.4 build must stop the
     # role before it pins or installs anything.
-    message = refused_alone("cudnn", {"cudnn_version": "8.9.7.29", "cudnn_cuda_version": "12.4"})
+    message = refused_alone("cudnn", {"cudnn_version": "8.9.7.29", "gpurig_cuda_version": "12.4"})
     assert "libcudnn8=8.9.7.29-1+cuda12.4" in message
     assert "cudnn_version" in message
-    assert "cudnn_cuda_version" in message
+    assert "gpurig_cuda_version" in message
 
 
 def test_fails_when_the_header_states_another_version(host, want, alone, failed_alone):

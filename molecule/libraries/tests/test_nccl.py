@@ -7,13 +7,14 @@ import shlex
 import pytest
 
 PACKAGES = ["libnccl2", "libnccl-dev"]
-# The build ubuntu2004 asked for (molecule.yml host_vars); debian12 takes compat.yml's default.
+# The build ubuntu2004 asked for (molecule.yml host_vars); debian12 asked for CUDA 12.2 only and
+# takes compat.yml's NCCL for it.
 ASKED = {"ubuntu2004": "2.21.5-1+cuda12.4"}
 
 
 @pytest.fixture
-def build(distro, defaults):
-    return ASKED.get(distro, defaults.nccl_package_version)
+def build(distro, compat):
+    return ASKED.get(distro, f"{compat['cuda']['12.2']['nccl']}+cuda12.2")
 
 
 def test_build_for_the_cuda_minor_installed(host, build):
@@ -45,21 +46,19 @@ def test_held_and_kept_out_of_unattended_upgrades(host):
 @pytest.mark.parametrize(
     "extra_vars,missing",
     [
-        # 2.21.5-1 is built for CUDA 12.4 only, not for the default CUDA (compat.yml's).
-        ({"nccl_version": "2.21.5-1"}, "libnccl2=2.21.5-1+cuda{default_cuda}"),
-        ({"nccl_version": "2.18.5-1", "nccl_cuda_version": "12.4"}, "libnccl2=2.18.5-1+cuda12.4"),
+        # 2.21.5-1 is built for CUDA 12.4 only, not for the host's CUDA 12.2.
+        ({"nccl_version": "2.21.5-1"}, "libnccl2=2.21.5-1+cuda12.2"),
+        ({"nccl_version": "2.18.5-1", "gpurig_cuda_version": "12.4"}, "libnccl2=2.18.5-1+cuda12.4"),
     ],
-    ids=["release not built for the default CUDA", "12.4 build of 2.18.5 missing"],
+    ids=["release not built for the host's CUDA", "12.4 build of 2.18.5 missing"],
 )
-def test_refuses_a_build_the_repo_does_not_have(
-    distro, defaults, extra_vars, missing, refused_alone
-):
+def test_refuses_a_build_the_repo_does_not_have(distro, extra_vars, missing, refused_alone):
     if distro != "debian12":
         pytest.skip("run once, on debian12")
     message = refused_alone("nccl", extra_vars)
-    assert missing.format(default_cuda=defaults.cuda) in message
+    assert missing in message
     assert "nccl_version" in message
-    assert "nccl_cuda_version" in message
+    assert "gpurig_cuda_version" in message
 
 
 def test_fails_when_nccl_h_states_another_version(host, distro, alone, failed_alone):

@@ -196,28 +196,28 @@ def test_verify_playbook_reports_every_check_as_json(host, playbook, tmp_path, d
 # The end-of-life branches are allowed here, so that each case meets the check it is about.
 REFUSED = {
     "ubuntu2004": (
-        {"cuda_toolkit_version": "13.0"},
+        {"gpurig_cuda_version": "13.0"},
         "NVIDIA publishes no CUDA 13.0 for ubuntu2004",
     ),
     "debian13": (
         {
-            "nvidia_driver_branch": "535",
+            "gpurig_driver_branch": "535",
             "nvidia_driver_allow_eol_branch": True,
-            "cuda_toolkit_version": "12.2",
+            "gpurig_cuda_version": "12.2",
         },
-        'nvidia_driver_branch "535" is not a branch NVIDIA publishes for debian13',
+        'gpurig_driver_branch "535" is not a branch NVIDIA publishes for debian13',
     ),
     "ubuntu2604": (
-        {"nvidia_driver_branch": "580"},
-        'nvidia_driver_branch "580" is not a branch NVIDIA publishes for ubuntu2604',
+        {"gpurig_driver_branch": "580"},
+        'gpurig_driver_branch "580" is not a branch NVIDIA publishes for ubuntu2604',
     ),
     "debian12": (
         {
-            "cuda_toolkit_version": "13.0",
-            "nvidia_driver_branch": "570",
+            "gpurig_cuda_version": "13.0",
+            "gpurig_driver_branch": "570",
             "nvidia_driver_allow_eol_branch": True,
         },
-        "cuda_toolkit_version 13.0 needs driver branch 580 or newer",
+        "gpurig_cuda_version 13.0 needs driver branch 580 or newer",
     ),
 }
 

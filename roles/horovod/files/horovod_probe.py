@@ -3,7 +3,7 @@
 Run by the role with the environment's own interpreter:
     python horovod_probe.py SETTINGS_JSON
 SETTINGS_JSON holds the role's variables the decisions need (see `SETTINGS`), with the number of
-NVIDIA GPUs on the PCI bus (compat_pci, read once for every role). The answer has the facts read
+NVIDIA GPUs on the PCI bus (gpurig_pci, read once for every role). The answer has the facts read
 from the host (Python, torch, the installed Horovod and its build record, the compiler, NCCL,
 nvcc) and then either
   - "refusal": the first reason the build cannot go ahead, worded for the user, or
@@ -26,7 +26,7 @@ import sys
 import sysconfig
 
 # The role variables the probe is given (without the horovod_ prefix), plus the NVIDIA GPUs on
-# the PCI bus (compat_pci), the host's architecture (ansible_facts) and whether Ansible runs in
+# the PCI bus (gpurig_pci), the host's architecture (ansible_facts) and whether Ansible runs in
 # check mode.
 SETTINGS = (
     "nvidia_gpus",
@@ -178,7 +178,7 @@ def gather(settings):
         "python_include": include,
         "python_headers": os.path.isfile(os.path.join(include, "Python.h")),
         "horovod_version": installed_version("horovod"),
-        # The role reads the PCI bus once for every role (roles/compat/tasks/pci.yml, compat_pci).
+        # The role reads the PCI bus once for every role (roles/gpurig/tasks/pci.yml, gpurig_pci).
         "nvidia_gpus": int(settings["nvidia_gpus"]),
         "record": read_record(settings["record_path"]),
         "torch_nccl": bundled_nccl(),
@@ -329,8 +329,8 @@ def check_nccl(settings, facts, paths):
     if nccl_cuda_major not in ("", torch_cuda_major):
         raise Refusal(
             f"NCCL in {paths['home']} is built for CUDA {nccl_cuda_major}, {torch} for CUDA"
-            f" {facts['torch_cuda']}: install NCCL for CUDA {torch_cuda_major} (nccl_cuda_version)"
-            " or leave horovod_nccl_home empty (torch's own NCCL)."
+            f" {facts['torch_cuda']}: install NCCL for CUDA {torch_cuda_major}"
+            " (gpurig_cuda_version) or leave horovod_nccl_home empty (torch's own NCCL)."
         )
     nvcc = found["nvcc"]
     m = re.search(r"release ([0-9.]+)", nvcc["stdout"])
