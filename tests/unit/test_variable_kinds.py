@@ -37,6 +37,7 @@ TABLE = kinds.variable_kinds()
 PLAYBOOK_SWITCHES = {
     "gpurig_strict_vars": "site.yml",
     "gpurig_container_runtime": "site.yml",
+    "gpurig_contact_checks": "site.yml",
     "upgrade_driver_serial": "playbooks/upgrade-driver.yml",
 }
 OPTIONS = sorted({(role, name) for role, options in SPECS.items() for name in options})
