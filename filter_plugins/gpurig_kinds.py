@@ -205,7 +205,7 @@ def mapping_of(check: Callable) -> Callable:
 @cache
 def compat_cupy_packages() -> frozenset[str]:
     """The CuPy wheels compat.yml names, one per CUDA major."""
-    # The role compat's vars: one variable, gpurig_compat, holding the table.
+    # The role gpurig's vars: one variable, gpurig_compat, holding the table.
     table = REPO / "roles/gpurig/vars/main/compat.yml"
     compat = yaml.safe_load(table.read_text())["gpurig_compat"]
     return frozenset(

@@ -23,7 +23,7 @@ import yaml
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 # The compatibility table the roles read, and the stand-in repo's manifest: the tests take the
 # versions they expect from these rather than from literals of their own.
-# The table is the role compat's vars: one variable, gpurig_compat (roles/gpurig/vars/main/).
+# The table is the role gpurig's vars: one variable, gpurig_compat (roles/gpurig/vars/main/).
 COMPAT = yaml.safe_load((PROJECT_DIR / "roles/gpurig/vars/main/compat.yml").read_text())[
     "gpurig_compat"
 ]

@@ -54,7 +54,7 @@ from pathlib import Path
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-# The compatibility table: the role compat's vars, one variable holding the whole table (the roles
+# The compatibility table: the role gpurig's vars, one variable holding the whole table (the roles
 # that read it depend on that role; Python reads the same file here).
 COMPAT_FILE = REPO / "roles/gpurig/vars/main/compat.yml"
 COMPAT_VARIABLE = "gpurig_compat"

@@ -1,6 +1,6 @@
 """compat.yml, the one compatibility table: internally consistent, mirrored by the support
 matrix in docs/SUPPORT.md and by the stand-in repo's manifest (tests/standin/packages.yml), and
-given to the roles as the vars of the role compat, never read through a path outside a role."""
+given to the roles as the vars of the role gpurig, never read through a path outside a role."""
 
 from __future__ import annotations
 
