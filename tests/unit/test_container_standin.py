@@ -1,9 +1,10 @@
 """The stand-ins of Docker's and NVIDIA's toolkit repos carry what container_runtime installs.
 
 The role's per-OS default releases (roles/container_runtime/vars/main.yml, by codename) and its
-toolkit default must be in the stand-in's manifest for the suite each OS uses, and the role's
-per-OS Docker suffix must be the one the stand-in builds (Docker's "~debian.12~bookworm" form),
-or molecule/container_runtime would fail for a reason that is not the role's. Plain YAML reading.
+toolkit default must be in the stand-in's manifest for the suite each OS uses, and the Docker suffix
+the role derives from a host's facts must be the one the stand-in builds (Docker's
+"~debian.12~bookworm" form), or molecule/container_runtime would fail for a reason that is not the
+role's. YAML reading, and the role's suffix expression rendered with Jinja2 as Ansible would.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import jinja2
 import pytest
 import yaml
 
@@ -24,11 +26,37 @@ _spec = importlib.util.spec_from_file_location("standin_repo", ROOT / "tests/inf
 standin_repo = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(standin_repo)
 
-OS_FILES = sorted((ROLE / "vars").glob("*-*.yml"))
+# The facts Ansible gathers on each OS the role lists (distribution, distribution_version,
+# distribution_major_version, distribution_release), as /etc/os-release gives them.
+FACTS = {
+    "focal": ("Ubuntu", "20.04", "20"),
+    "jammy": ("Ubuntu", "22.04", "22"),
+    "noble": ("Ubuntu", "24.04", "24"),
+    "bookworm": ("Debian", "12.12", "12"),
+    "trixie": ("Debian", "13.2", "13"),
+}
+CODENAMES = list(ROLE_VARS["container_runtime_os_engines"])
 
 
-def os_vars(path: Path) -> dict:
-    return yaml.safe_load(path.read_text())
+def os_vars(codename: str) -> dict:
+    """The role's Docker distro, codename and suffix for a host of that codename."""
+    distribution, version, major = FACTS[codename]
+    facts = {
+        "distribution": distribution,
+        "distribution_version": version,
+        "distribution_major_version": major,
+        "distribution_release": codename,
+    }
+    env = jinja2.Environment()
+    data = {"ansible_facts": facts}
+    for key in ("distro", "codename", "suffix"):
+        name = f"container_runtime_os_docker_{key}"
+        data[name] = env.from_string(ROLE_VARS[name]).render(**data)
+    return data
+
+
+def test_every_listed_os_has_facts_here():
+    assert sorted(CODENAMES) == sorted(FACTS)
 
 
 def offered(suite: str) -> dict[str, set[str]]:
@@ -41,17 +69,17 @@ def offered(suite: str) -> dict[str, set[str]]:
     return found
 
 
-@pytest.mark.parametrize("path", OS_FILES, ids=lambda p: p.stem)
-def test_each_os_suite_is_built_with_the_roles_suffix(path):
-    data = os_vars(path)
+@pytest.mark.parametrize("codename", CODENAMES)
+def test_each_os_suite_is_built_with_the_roles_suffix(codename):
+    data = os_vars(codename)
     distro, codename = (data[f"container_runtime_os_docker_{k}"] for k in ("distro", "codename"))
     suite = f"{distro}/{codename}"
     assert data["container_runtime_os_docker_suffix"] == "~" + standin_repo.DOCKER_SUITES[suite]
 
 
-@pytest.mark.parametrize("path", OS_FILES, ids=lambda p: p.stem)
-def test_stand_in_offers_the_default_releases_of_each_os(path):
-    data = os_vars(path)
+@pytest.mark.parametrize("codename", CODENAMES)
+def test_stand_in_offers_the_default_releases_of_each_os(codename):
+    data = os_vars(codename)
     codename = data["container_runtime_os_docker_codename"]
     releases = ROLE_VARS["container_runtime_docker_releases"]
     release = releases.get(codename, releases["current"])
