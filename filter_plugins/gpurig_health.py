@@ -696,13 +696,25 @@ def _median(values: list[float]) -> float:
     return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
+def _drift(values: Iterable) -> tuple[float | None, float | None, float | None]:
+    """A series' first and last quarter medians (its very first window left out) and the drop
+    between them; the drop is None with fewer than 5 windows."""
+    windows = [float(w) for w in values]
+    quarter = max(1, (len(windows) - 1) // 4)
+    early, late = windows[1 : 1 + quarter], windows[-quarter:]
+    drop = 1 - _median(late) / _median(early) if len(windows) >= 5 else None
+    return (_median(early) if early else None), (_median(late) if late else None), drop
+
+
 def burn_in(result: Mapping, fault_reasons: Iterable = (), max_drop=0.05) -> dict:
     """playbooks/files/verify_burnin.py's run judged: a GPU fails on an error of the load, an Xid
     event, a rise of its uncorrectable ECC count, a fault clock reason in any reading (as
     nvidia-smi names them: verify_throttle_fault_reasons), or throughput that drifts down: the
     median of the last quarter of its windows more than max_drop below the median of the first
-    quarter (the very first window left out: clocks are still ramping there). Fewer than 5
-    windows cannot show a drift, and fail the check: the burn-in was too short for its window."""
+    quarter (the very first window left out: clocks are still ramping there). The all-reduce held
+    beside the products (2+ GPUs) is judged by the same drift rule on its bus bandwidth. Fewer
+    than 5 windows cannot show a drift, and fail the check: the burn-in was too short for its
+    window."""
     ran, said, report, gpus = _script_report(result)
     if not ran or not gpus:
         reason = said if not ran else "it loaded no GPU"
@@ -714,10 +726,8 @@ def burn_in(result: Mapping, fault_reasons: Iterable = (), max_drop=0.05) -> dic
     figures = []
     for gpu in gpus:
         name = f"GPU {gpu.get('index')} ({gpu.get('name', '?')})"
-        windows = [float(w) for w in gpu.get("windows", [])]
-        quarter = max(1, (len(windows) - 1) // 4)
-        early, late = windows[1 : 1 + quarter], windows[-quarter:]
-        drop = 1 - _median(late) / _median(early) if len(windows) >= 5 else None
+        windows = gpu.get("windows", [])
+        first, last, drop = _drift(windows)
         samples = gpu.get("samples", [])
         seen: dict[str, int] = {}
         for sample in samples:
@@ -730,8 +740,8 @@ def burn_in(result: Mapping, fault_reasons: Iterable = (), max_drop=0.05) -> dic
                 "index": gpu.get("index"),
                 "name": gpu.get("name"),
                 "windows": len(windows),
-                "tflops_first": _median(early) if early else None,
-                "tflops_last": _median(late) if late else None,
+                "tflops_first": first,
+                "tflops_last": last,
                 "drop": drop,
                 "sm_mhz": [s.get("sm_mhz") for s in samples],
                 "power_w_max": max((s.get("power_w", 0) for s in samples), default=None),
@@ -749,7 +759,7 @@ def burn_in(result: Mapping, fault_reasons: Iterable = (), max_drop=0.05) -> dic
         elif drop > limit:
             problems.append(
                 f"{name}: throughput fell {100 * drop:.1f} % over the burn-in "
-                f"({_median(early):,.1f} -> {_median(late):,.1f} TFLOPS), more than "
+                f"({first:,.1f} -> {last:,.1f} TFLOPS), more than "
                 f"verify_burnin_max_drop {limit:g}"
             )
         problems += [
@@ -761,8 +771,36 @@ def burn_in(result: Mapping, fault_reasons: Iterable = (), max_drop=0.05) -> dic
             )
         for reason in sorted(faults & set(seen)):
             problems.append(f"{name}: {reason} in {seen[reason]} of {len(samples)} readings")
+    allreduce = report.get("allreduce")
+    if allreduce:
+        windows = allreduce.get("windows", [])
+        first, last, drop = _drift(windows)
+        allreduce = {
+            "mib": allreduce.get("mib"),
+            "devices": allreduce.get("devices"),
+            "method": allreduce.get("method"),
+            "windows": len(windows),
+            "busbw_first": first,
+            "busbw_last": last,
+            "drop": drop,
+        }
+        if drop is None:
+            problems.append(
+                f"the all-reduce: {len(windows)} bandwidth windows, too few to show a drift (5 or "
+                "more: lengthen verify_burnin_seconds or shorten verify_burnin_window_seconds)"
+            )
+        elif drop > limit:
+            problems.append(
+                f"the all-reduce across {allreduce['devices']} GPUs: bus bandwidth fell "
+                f"{100 * drop:.1f} % over the burn-in ({allreduce['busbw_first']:,.1f} -> "
+                f"{allreduce['busbw_last']:,.1f} GB/s), more than verify_burnin_max_drop {limit:g}"
+            )
     summary = {
-        "rule": f"no error, Xid, ECC rise or fault clock reason; throughput drop <= {limit:g}",
+        "rule": (
+            "no error, Xid, ECC rise or fault clock reason; throughput (and, with 2+ GPUs, the "
+            f"all-reduce's bus bandwidth) drop <= {limit:g}"
+        ),
+        "allreduce": allreduce,
         "seconds": report.get("settings", {}).get("seconds"),
         "xid_watch": report.get("xid_watch"),
         "gpus": figures,

@@ -1,12 +1,18 @@
-"""verify.yml's burn-in: every GPU held at dense matrix products for a while, watched as it runs.
+"""verify.yml's burn-in: every GPU held at matrix products and all-reduces, watched as it runs.
 
-    python verify_burnin.py SECONDS [--window S] [--sample S] [--gemm-size N]
+    python verify_burnin.py SECONDS [--window S] [--sample S] [--gemm-size N] [--allreduce-mib M]
                                     [--device cuda|cpu] [--cpu-devices K]
 
 Run with the training environment's interpreter (as verify_hardware.py): it imports torch,
 nvidia-ml-py (pynvml) and the standard library. Every GPU runs bf16 n x n products (fp32 on the
 CPU), one thread and one stream each, for SECONDS. Each GPU's throughput is timed in windows of
---window seconds (CUDA events), so a GPU that slows as it heats shows as a falling series. Every
+--window seconds (CUDA events), so a GPU that slows as it heats shows as a falling series. With two
+GPUs or more, one more thread all-reduces a --allreduce-mib MiB float32 buffer across all of them
+for the same SECONDS, beside the products, with NCCL from this one process (torch.cuda.nccl's
+all_reduce, one buffer and one stream per GPU), timed in windows as nccl-tests counts bus
+bandwidth (busbw = bytes / seconds x 2(n-1)/n, GB/s): the links and the NVLink switches are loaded
+and heated while the GPUs compute, as in training, and a link that degrades shows as a falling
+series. Every
 --sample seconds NVML is read for each GPU: SM clock, power, temperature and the clock event
 (throttle) reasons, named as `nvidia-smi -q -d PERFORMANCE` names them. Xid errors are caught as
 NVML critical-Xid events while the load runs, and each GPU's volatile uncorrectable ECC count is
@@ -14,7 +20,8 @@ read before and after. It prints ONE JSON object on standard output (progress on
 the judge is filter_plugins/gpurig_health.py's burn_in (errors, fault reasons, throughput drift).
 
 --device cpu runs the same load and windows on CPU tensors (K CPU "devices" with --cpu-devices)
-without NVML: that is how CI exercises the measuring code.
+without NVML: that is how CI exercises the measuring code. There, with K >= 2, the "all-reduce" is a
+sum of the K buffers written back to each (no interconnect: the JSON labels it so).
 
 Exit status: 0 with the JSON; 2 for a bad option (naming it, its value and what is expected); 3
 when --device cuda and torch sees no GPU.
@@ -45,6 +52,10 @@ REASONS = {
     0x100: "Display Clock Setting",
 }
 DEFAULT_GEMM = {"cuda": 8192, "cpu": 128}
+# The all-reduce buffer: 256 MiB is where nccl-tests' all_reduce_perf is near its plateau on NVLink
+# (verify.yml's all-reduce floors are read at that size); the CPU stand-in stays small.
+DEFAULT_ALLREDUCE_MIB = {"cuda": 256.0, "cpu": 4.0}
+MIB = 1 << 20
 
 
 def log(message: str) -> None:
@@ -76,6 +87,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
         help="seconds between NVML readings",
     )  # fmt: skip
     parser.add_argument("--gemm-size", type=positive(int, "a whole number >= 1"))
+    parser.add_argument(
+        "--allreduce-mib", type=positive(float, "MiB, finite and > 0"),
+        help="the all-reduce buffer held beside the products with 2+ devices",
+    )  # fmt: skip
+    parser.add_argument("--no-allreduce", action="store_true", help="products only")
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--cpu-devices", type=positive(int, "a whole number >= 1"), default=1)
     args = parser.parse_args(argv)
@@ -86,7 +102,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
         )
     if args.cpu_devices != 1 and args.device != "cpu":
         parser.error(f"argument --cpu-devices: {args.cpu_devices} applies to --device cpu only")
+    if args.no_allreduce and args.allreduce_mib is not None:
+        parser.error(f"argument --allreduce-mib: {args.allreduce_mib} given with --no-allreduce")
     args.gemm_size = args.gemm_size or DEFAULT_GEMM[args.device]
+    args.allreduce_mib = args.allreduce_mib or DEFAULT_ALLREDUCE_MIB[args.device]
     return args
 
 
@@ -127,6 +146,48 @@ def load(torch, device, args, deadline: float, out: dict, errors: list) -> None:
             per_window = max(1, round(per_window * args.window / max(seconds, 1e-6)))
     except BaseException as error:  # reported by the main thread
         errors.append(f"{device}: {type(error).__name__}: {error}")
+
+
+def allreduce_load(torch, devices, args, deadline: float, out: dict, errors: list) -> None:
+    """All-reduces across every device until the deadline; out["windows"] gets each window's bus
+    bandwidth, GB/s. Zeros, so that the sums stay finite however many rounds run."""
+    try:
+        n, cuda = len(devices), devices[0].type == "cuda"
+        numel = max(1, int(args.allreduce_mib * MIB) // 4)
+        buffers = [torch.zeros(numel, device=d, dtype=torch.float32) for d in devices]
+        if cuda:
+            import torch.cuda.nccl as nccl
+
+            streams = [torch.cuda.Stream(d) for d in devices]
+
+            def once():
+                nccl.all_reduce(buffers, streams=streams)
+
+            def wait():
+                for stream in streams:
+                    stream.synchronize()
+        else:
+
+            def once():
+                total = torch.stack(buffers).sum(0)
+                for buffer in buffers:
+                    buffer.copy_(total)
+
+            def wait():
+                pass
+
+        per_window, bus = 1, 2 * (n - 1) / n
+        while time.monotonic() < deadline:
+            began = time.perf_counter()
+            for _ in range(per_window):
+                once()
+            wait()
+            seconds = time.perf_counter() - began
+            if seconds >= args.window / 2:
+                out["windows"].append(numel * 4 * per_window / seconds / 1e9 * bus)
+            per_window = max(1, round(per_window * args.window / max(seconds, 1e-6)))
+    except BaseException as error:  # reported by the main thread
+        errors.append(f"all-reduce: {type(error).__name__}: {error}")
 
 
 # ---- The watch: NVML readings, Xid events, ECC before and after ---------------------------------
@@ -215,6 +276,7 @@ def run(args: argparse.Namespace) -> tuple[int, dict]:
             "sample_seconds": args.sample,
             "gemm_size": args.gemm_size,
             "dtype": "bf16" if args.device == "cuda" else "fp32",
+            "allreduce_mib": None if args.no_allreduce else args.allreduce_mib,
         },
     }
     if args.device == "cuda":
@@ -236,6 +298,20 @@ def run(args: argparse.Namespace) -> tuple[int, dict]:
         threading.Thread(target=load, args=(torch, d, args, deadline, gpu, errors))
         for d, gpu in zip(devices, gpus, strict=True)
     ]
+    allreduce = None
+    if len(devices) >= 2 and not args.no_allreduce:
+        method = (
+            "NCCL all-reduce across the GPUs (torch.cuda.nccl, one process)"
+            if args.device == "cuda"
+            else "sum of the CPU buffers (no interconnect)"
+        )
+        allreduce = {"mib": args.allreduce_mib, "devices": len(devices), "method": method}
+        allreduce["windows"] = []
+        threads.append(
+            threading.Thread(
+                target=allreduce_load, args=(torch, devices, args, deadline, allreduce, errors)
+            )
+        )
     for thread in threads:
         thread.start()
     log(f"{len(devices)} device(s) under load for {args.seconds:g} s")
@@ -253,6 +329,7 @@ def run(args: argparse.Namespace) -> tuple[int, dict]:
         gpu["ecc_uncorrected"] = {"before": ecc_before[k], "after": ecc_after[k]}
         gpu["xid"] = [x for x in xids if x["gpu"] == k]
     report["gpus"] = gpus
+    report["allreduce"] = allreduce
     report["xid_watch"] = (
         "not on the CPU" if watch is None else watch.xid_note or "NVML critical-Xid events"
     )

@@ -65,6 +65,7 @@ def test_the_judge_passes_a_steady_run_and_reports_its_figures(cpu_report):
     steady = json.loads(json.dumps(cpu_report))
     for gpu in steady["gpus"]:
         gpu["windows"] = [1.0] * 8
+    steady["allreduce"]["windows"] = [2.0] * 8  # the CPU's own series is too noisy to judge
     row = health.burn_in(registered(steady), FAULTS, 0.05)
     assert row["passed"], row["message"]
     assert [g["drop"] for g in row["figures"]["gpus"]] == [0.0, 0.0]
@@ -169,3 +170,70 @@ def test_an_unknown_ecc_count_is_not_a_rise():
         gpu["ecc_uncorrected"] = {"before": None, "after": None}
 
     assert health.burn_in(registered(derived("h100", no_ecc)), FAULTS, 0.05)["passed"]
+
+
+# ---- The all-reduce held beside the products --------------------------------------------------
+def test_the_cpu_run_holds_an_all_reduce_across_the_devices(cpu_report):
+    allreduce = cpu_report["allreduce"]
+    assert allreduce["devices"] == 2 and allreduce["mib"] == 4.0
+    assert allreduce["method"] == "sum of the CPU buffers (no interconnect)"
+    # 3 s of 0.5 s windows, beside the products: a few windows, each a positive bus bandwidth.
+    assert len(allreduce["windows"]) >= 3 and all(w > 0 for w in allreduce["windows"])
+    assert cpu_report["settings"]["allreduce_mib"] == 4.0
+
+
+def test_one_device_or_no_allreduce_runs_products_only():
+    pytest.importorskip("torch")
+    alone = json.loads(run("1", "--window", "0.2", "--device", "cpu").stdout)
+    off = run("1", "--window", "0.2", "--device", "cpu", "--cpu-devices", "2", "--no-allreduce")
+    assert alone["allreduce"] is None
+    assert json.loads(off.stdout)["allreduce"] is None
+    assert json.loads(off.stdout)["settings"]["allreduce_mib"] is None
+
+
+def test_allreduce_mib_with_no_allreduce_is_refused():
+    done = run("10", "--allreduce-mib", "8", "--no-allreduce", "--device", "cpu")
+    assert done.returncode == 2 and done.stdout == ""
+    assert "--allreduce-mib: 8.0 given with --no-allreduce" in done.stderr
+
+
+def test_a_bad_allreduce_size_is_refused():
+    done = run("10", "--allreduce-mib", "0", "--device", "cpu")
+    assert done.returncode == 2
+    assert "--allreduce-mib" in done.stderr and "MiB, finite and > 0" in done.stderr
+
+
+def with_allreduce(windows: list[float]) -> dict:
+    """The real H200 reading with an all-reduce of the given windows beside it (the H200 machine
+    has one GPU: the series is a derived case, its figures near what verify.yml's floors take for
+    8 GPUs on NVLink)."""
+    reading = json.loads(json.dumps(READINGS["h200"]))
+    reading["allreduce"] = {
+        "mib": 256.0,
+        "devices": 8,
+        "method": "NCCL all-reduce across the GPUs (torch.cuda.nccl, one process)",
+        "windows": windows,
+    }
+    return reading
+
+
+def test_a_steady_allreduce_passes_and_is_reported():
+    row = health.burn_in(registered(with_allreduce([470.0] * 12)), FAULTS, 0.05)
+    assert row["passed"], row["message"]
+    assert row["figures"]["allreduce"]["drop"] == 0.0
+    assert row["figures"]["allreduce"]["busbw_last"] == 470.0
+
+
+def test_an_allreduce_that_falls_over_the_run_fails_with_its_drop():
+    row = health.burn_in(registered(with_allreduce([470.0] * 8 + [400.0] * 4)), FAULTS, 0.05)
+    assert not row["passed"]
+    assert (
+        "the all-reduce across 8 GPUs: bus bandwidth fell 14.9 % over the burn-in "
+        "(470.0 -> 400.0 GB/s), more than verify_burnin_max_drop 0.05"
+    ) in row["message"]
+
+
+def test_an_allreduce_too_short_for_its_window_fails():
+    row = health.burn_in(registered(with_allreduce([470.0] * 3)), FAULTS, 0.05)
+    assert not row["passed"]
+    assert "the all-reduce: 3 bandwidth windows, too few to show a drift" in row["message"]
