@@ -119,4 +119,8 @@ install -m 0644 "$fixture" "$www/installers/Miniforge3-fixture-Linux-x86_64.sh"
 tar -C "$here/tests/standin" --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner \
   --transform 's|^nccl-tests|nccl-tests-standin|' -cf - nccl-tests | gzip -n >"$www/installers/nccl-tests-standin.tar.gz"
 ( cd "$www/installers" && sha256sum nccl-tests-standin.tar.gz >nccl-tests-standin.tar.gz.sha256 )
+# nvbandwidth the same way (tests/standin/nvbandwidth, our own TEST FIXTURE of its build interface).
+tar -C "$here/tests/standin" --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner \
+  --transform 's|^nvbandwidth|nvbandwidth-standin|' -cf - nvbandwidth | gzip -n >"$www/installers/nvbandwidth-standin.tar.gz"
+( cd "$www/installers" && sha256sum nvbandwidth-standin.tar.gz >nvbandwidth-standin.tar.gz.sha256 )
 echo "installers: fixtures in $www/installers"

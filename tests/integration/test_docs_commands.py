@@ -288,7 +288,8 @@ def messages(out: str) -> list[str]:
 # The roles that stop in check mode on a fresh host, at the first step that needs what an earlier
 # role (or their own download) would have put there; each says what it would do.
 STOPPING_ROLES = {
-    *("nvidia_repo", "nvidia_driver", "cuda_toolkit", "cudnn", "nccl", "dcgm", "nccl_tests"),
+    *("nvidia_repo", "nvidia_driver", "cuda_toolkit", "cudnn", "nccl", "dcgm"),
+    *("nccl_tests", "nvbandwidth"),
     *("conda", "python_env", "horovod"),
 }
 

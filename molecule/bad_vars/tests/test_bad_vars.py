@@ -299,6 +299,12 @@ CASES: dict[str, tuple[dict, str, str]] = {
         "nccl_tests_sha256",
         "abc123",
     ),
+    # nvbandwidth
+    "nvbandwidth release not a release": (
+        {"nvbandwidth_version": "latest"},
+        "nvbandwidth_version",
+        '"latest"',
+    ),
     # container_runtime (checked only where site.yml runs it: gpurig_container_runtime)
     "unknown container engine source": (
         {"gpurig_container_runtime": True, "container_runtime_engine_source": "podman"},

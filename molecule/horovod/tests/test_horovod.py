@@ -285,3 +285,29 @@ def test_nccl_tests_built_from_the_checksummed_tarball(host):
     assert resolved == host.check_output(f"readlink -f {SYSTEM_NCCL}"), ldd
     # It starts and finds its libraries (the stand-in's output is not asserted on).
     host.run_expect([0], f"{cudart} {NCCL_TESTS}/bin/all_reduce_perf")
+
+
+NVBANDWIDTH = "/opt/nvbandwidth/0.8"
+
+
+def test_nvbandwidth_built_from_the_checksummed_tarball(host):
+    record = json.loads(host.file(f"{NVBANDWIDTH}/gpurig-nvbandwidth.json").content_string)
+    assert record["version"] == "0.8"
+    # The served tarball is our stand-in source (TEST FIXTURE); the record names its checksum.
+    served = urllib.request.urlopen(
+        os.environ["STANDIN_URL"] + "/installers/nvbandwidth-standin.tar.gz.sha256", timeout=10
+    )
+    assert record["sha256"] == served.read().decode().split()[0]
+    assert record["cuda_release"] == "13.0" and record["cuda_architectures"] == ["90"]
+    binary = f"{NVBANDWIDTH}/bin/nvbandwidth"
+    assert host.file(binary).mode == 0o755
+    # Compiled by nvcc for sm_90 through CMake, and linked with Boost's program_options.
+    assert ".nv_fatbin" in host.check_output(f"readelf -S -W {binary}")
+    assert "libboost_program_options" in host.check_output(f"readelf -d {binary}")
+    # -j prints nvbandwidth's JSON layout, one entry per -t testcase (the stand-in measures
+    # nothing).
+    names = ["host_to_device_memcpy_ce", "device_to_host_memcpy_ce"]
+    out = host.check_output(f"{binary} -j -t {' '.join(names)}")
+    testcases = json.loads(out)["nvbandwidth"]["testcases"]
+    assert [t["name"] for t in testcases] == names
+    assert {t["status"] for t in testcases} == {"Waived"}
