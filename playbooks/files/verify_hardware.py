@@ -4,6 +4,7 @@
                               [--p2p-mib M] [--repeats R] [--max-repeats R] [--confidence C]
                               [--floors JSON] [--iters I] [--warmup W]
                               [--tests gemm,hbm,host,p2p] [--cpu-devices K]
+                              [--nvbandwidth PATH]
 
 Run with the training environment's interpreter (as verify_torch.py); it imports torch, SciPy (a
 dependency of the bench, so in that environment) and the standard library, so it runs where the
@@ -34,8 +35,14 @@ the measuring code. There is no host-device link then: the "host" copies are hos
 JSON labels them so; --cpu-devices K stands K CPU "devices" in for K GPUs so that the all-at-once
 threads and the pair loop run too.
 
+--nvbandwidth PATH takes each GPU's host copies (h2d, d2h) from NVIDIA's nvbandwidth, as the
+nvbandwidth role builds it, instead of torch's: each sample is one `nvbandwidth -j` run of its
+host_to_device_memcpy_ce and device_to_host_memcpy_ce testcases (copy engine, one GPU at a time,
+--host-mib buffers), repeated by the same rule, and each figure's "tool" says which measured it.
+
 Exit status: 0 with the JSON; 2 for a bad option (before anything runs, naming the option, the
-value and what is expected); 3 when --device cuda and torch sees no GPU (the JSON says so).
+value and what is expected); 3 when --device cuda and torch sees no GPU (the JSON says so); 4 when
+--nvbandwidth failed or printed no result (the JSON's "error" says why).
 """
 
 from __future__ import annotations
@@ -43,9 +50,11 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import platform
 import re
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -208,7 +217,13 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--cpu-devices", type=positive_int, default=1, help="CPU stand-ins for GPUs (--device cpu)"
     )
+    parser.add_argument("--nvbandwidth", help="nvbandwidth binary for the host copies")
     args = parser.parse_args(argv)
+    if args.nvbandwidth is not None and not os.access(args.nvbandwidth, os.X_OK):
+        parser.error(
+            f"argument --nvbandwidth: {args.nvbandwidth!r} is not an executable file"
+            " (expected the nvbandwidth binary, as the nvbandwidth role installs it)"
+        )
     if args.cpu_devices != 1 and args.device != "cpu":
         parser.error(f"argument --cpu-devices: {args.cpu_devices} applies to --device cpu only")
     if args.max_repeats < args.repeats:
@@ -476,11 +491,82 @@ def measure_host_alone(torch, device, args: argparse.Namespace, entry=None) -> d
         )
         figures[f"{direction}_gbs"] = {
             "path": host_path(device, direction),
+            "tool": "torch (Tensor.copy_, timed with CUDA events)",
             "counts": "bytes copied per second (one direction)",
             "bytes_per_copy": nbytes,
             **summary(samples, "GB/s"),
         }
     return figures
+
+
+# nvbandwidth's host testcases: a 1 x GPUs matrix each, "memcpy CE CPU(row) -> GPU(column)" and
+# "CPU(row) <- GPU(column)" in GB/s, printed by -j as strings under
+# {"nvbandwidth": {"testcases": [{"name", "status", "bandwidth_matrix"}]}} (NVIDIA/nvbandwidth
+# testcases_ce.cpp and json_output.cpp, read 2026-11-28).
+NVBANDWIDTH_TESTCASES = {"h2d": "host_to_device_memcpy_ce", "d2h": "device_to_host_memcpy_ce"}
+
+
+def nvbandwidth_run(path: str, nbytes: int) -> dict[str, list[float]]:
+    """One nvbandwidth -j run of both host testcases: {direction: [GB/s of each GPU]}."""
+    argv = [path, "-j", "--bufferSize", str(nbytes), "-t", *NVBANDWIDTH_TESTCASES.values()]
+    done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=900)
+    try:
+        cases = {c.get("name"): c for c in json.loads(done.stdout)["nvbandwidth"]["testcases"]}
+    except (ValueError, KeyError, TypeError) as error:
+        raise RuntimeError(
+            f"nvbandwidth printed no result (rc {done.returncode}): {error}"
+        ) from None
+    figures = {}
+    for direction, name in NVBANDWIDTH_TESTCASES.items():
+        case = cases.get(name, {})
+        if case.get("status") != "Passed":
+            said = case.get("error", "")
+            raise RuntimeError(
+                f"nvbandwidth {name}: {case.get('status', 'not run')} {said}".strip()
+            )
+        (row,) = case["bandwidth_matrix"]
+        figures[direction] = [float(value) for value in row]
+    return figures
+
+
+def measure_host_nvbandwidth(args: argparse.Namespace, count: int, entries: list) -> list[dict]:
+    """Each GPU's h2d_gbs and d2h_gbs from --repeats nvbandwidth runs, and more, up to
+    --max-repeats, while any GPU's interval still contains its floor."""
+    nbytes, runs = int(args.host_mib * MIB), []
+
+    def unsettled() -> bool:
+        return any(
+            unclear(
+                [run[d][i] for run in runs],
+                None
+                if floor_of(entries[i], f"{d}_gbs") is None
+                else float(floor_of(entries[i], f"{d}_gbs")["value"]),
+                args.confidence,
+            )
+            for i in range(count)
+            for d in NVBANDWIDTH_TESTCASES
+        )
+
+    while len(runs) < args.repeats or (len(runs) < args.max_repeats and unsettled()):
+        log(f"nvbandwidth: host copies, run {len(runs) + 1}, {nbytes} bytes")
+        run = nvbandwidth_run(args.nvbandwidth, nbytes)
+        if any(len(values) != count for values in run.values()):
+            raise RuntimeError(f"nvbandwidth measured {len(run['h2d'])} GPUs, torch sees {count}")
+        runs.append(run)
+    paths = {"h2d": "pinned host -> GPU", "d2h": "GPU -> pinned host"}
+    return [
+        {
+            f"{d}_gbs": {
+                "path": paths[d],
+                "tool": f"nvbandwidth {NVBANDWIDTH_TESTCASES[d]} (copy engine)",
+                "counts": "bytes copied per second (one direction)",
+                "bytes_per_copy": nbytes,
+                **summary([run[d][i] for run in runs], "GB/s"),
+            }
+            for d in NVBANDWIDTH_TESTCASES
+        }
+        for i in range(count)
+    ]
 
 
 def all_at_once(torch, devices: list, operations: list, args: argparse.Namespace):
@@ -663,12 +749,17 @@ def run(args: argparse.Namespace) -> tuple[int, dict]:
             gpu["gemm_tflops"], gpu["gemm_skipped"] = measure_gemm(torch, device, args, entry)
         if "hbm" in args.tests:
             gpu["hbm_copy_gbs"] = measure_hbm(torch, device, args, entry)
-        if "host" in args.tests:
+        if "host" in args.tests and not args.nvbandwidth:
             gpu.update(measure_host_alone(torch, device, args, entry))
         gpus.append(gpu)
         if device.type == "cuda":
             torch.cuda.empty_cache()
     report["gpus"] = gpus
+    if "host" in args.tests and args.nvbandwidth:
+        for gpu, figures in zip(
+            gpus, measure_host_nvbandwidth(args, len(gpus), entries), strict=True
+        ):
+            gpu.update(figures)
     if "host" in args.tests:
         report["host_all_at_once"] = measure_host_all(torch, devices, args)
     if "p2p" in args.tests:
@@ -683,7 +774,11 @@ def run(args: argparse.Namespace) -> tuple[int, dict]:
 
 def main(argv: list[str]) -> int:
     args = parse(argv)
-    status, report = run(args)
+    try:
+        status, report = run(args)
+    except RuntimeError as error:  # nvbandwidth failed or printed no result
+        status, report = 4, {"tool": "verify_hardware", "error": str(error)}
+        log(str(error))
     print(json.dumps(report))
     return status
 

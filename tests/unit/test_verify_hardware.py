@@ -258,3 +258,86 @@ def test_cuda_without_a_gpu_exits_3_and_says_so():
     done = run("--device", "cuda", "--repeats", "2")
     assert done.returncode == 3
     assert "no GPU" in json.loads(done.stdout)["error"]
+
+
+# ---- --nvbandwidth: the host copies taken from nvbandwidth's -j runs --------------------------
+# TEST FIXTURE: a stand-in for NVIDIA's nvbandwidth. It prints nvbandwidth's -j layout for the
+# asked testcases, a 1 x devices matrix of GB/s strings each, as NVIDIA/nvbandwidth's
+# testcases_ce.cpp and json_output.cpp write it ({"nvbandwidth": {"testcases": [{"name",
+# "status", "bandwidth_description", "bandwidth_matrix", "sum"}]}}, read 2026-11-28). Its figures
+# come from the file SERIES names, one line per run (cycled), so a test chooses what is measured.
+STANDIN = """#!{python}
+import json, sys
+from pathlib import Path
+series = Path({series!r}).read_text().split()
+count = Path({count!r})
+run = int(count.read_text()) if count.exists() else 0
+count.write_text(str(run + 1))
+values = series[run % len(series)].split(",")
+names = sys.argv[sys.argv.index("-t") + 1:]
+status = {status!r}
+print(json.dumps({{"nvbandwidth": {{"version": "standin", "testcases": [
+    {{"name": n, "status": status, "bandwidth_matrix": [values], "sum": 0.0,
+      "bandwidth_description": "memcpy CE CPU(row) -> GPU(column) bandwidth (GB/s)"}}
+    for n in names]}}}}, indent=2))
+"""
+
+
+def nvbandwidth_standin(tmp_path: Path, series: list[str], status: str = "Passed") -> Path:
+    (tmp_path / "series").write_text("\n".join(series))
+    path = tmp_path / "nvbandwidth"
+    path.write_text(
+        STANDIN.format(
+            python=sys.executable,
+            series=str(tmp_path / "series"),
+            count=str(tmp_path / "runs"),
+            status=status,
+        )
+    )
+    path.chmod(0o755)
+    return path
+
+
+def host_run(tool: Path, *extra: str) -> subprocess.CompletedProcess:
+    return run(
+        "--device", "cpu", "--cpu-devices", "2", "--tests", "host", *SMALL,
+        "--repeats", "3", "--iters", "1", "--warmup", "0", "--nvbandwidth", str(tool), *extra,
+    )  # fmt: skip
+
+
+def test_host_copies_come_from_nvbandwidth_runs(tmp_path):
+    tool = nvbandwidth_standin(tmp_path, ["55.1,54.9", "55.3,54.7", "55.2,54.8"])
+    done = host_run(tool)
+    assert done.returncode == 0, done.stderr
+    gpus = json.loads(done.stdout)["gpus"]
+    for index, gpu in enumerate(gpus):
+        for direction in ("h2d_gbs", "d2h_gbs"):
+            figure = gpu[direction]
+            assert figure["tool"].startswith("nvbandwidth ")
+            assert figure["samples"] == [[55.1, 55.3, 55.2], [54.9, 54.7, 54.8]][index]
+    assert gpus[0]["h2d_gbs"]["tool"] == "nvbandwidth host_to_device_memcpy_ce (copy engine)"
+    assert (tmp_path / "runs").read_text() == "3"  # one run per sample, both directions at once
+
+
+def test_nvbandwidth_is_run_again_while_a_floor_is_inside_the_interval(tmp_path):
+    # Samples scattered around 50 GB/s with a floor of 50: unclear until the cap of 6 runs.
+    tool = nvbandwidth_standin(tmp_path, ["48,60", "53,60", "49,60", "52,60"])
+    floors = json.dumps([{"model": "any", "tokens": [], "floors": {"h2d_gbs": {"value": 50}}}])
+    done = host_run(tool, "--max-repeats", "6", "--floors", floors)
+    assert done.returncode == 0, done.stderr
+    (first, second) = json.loads(done.stdout)["gpus"]
+    assert len(first["h2d_gbs"]["samples"]) == 6 and first["h2d_gbs"]["floor"]["value"] == 50
+    assert second["h2d_gbs"]["samples"] == [60.0] * 6
+
+
+def test_a_testcase_nvbandwidth_did_not_pass_exits_4_and_says_which(tmp_path):
+    done = host_run(nvbandwidth_standin(tmp_path, ["55,55"], status="Waived"))
+    assert done.returncode == 4
+    error = json.loads(done.stdout)["error"]
+    assert error.startswith("nvbandwidth host_to_device_memcpy_ce: Waived")
+
+
+def test_a_missing_nvbandwidth_is_refused_before_anything_runs(tmp_path):
+    done = host_run(tmp_path / "nowhere")
+    assert done.returncode == 2 and done.stdout == ""
+    assert "--nvbandwidth" in done.stderr and "is not an executable file" in done.stderr
