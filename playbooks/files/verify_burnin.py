@@ -1,6 +1,7 @@
 """verify.yml's burn-in: every GPU held at matrix products and all-reduces, watched as it runs.
 
-    python verify_burnin.py SECONDS [--window S] [--sample S] [--gemm-size N] [--allreduce-mib M]
+    python verify_burnin.py SECONDS [--window S] [--sample S] [--gemm-size N]
+                                    [--allreduce-mib M | --no-allreduce]
                                     [--device cuda|cpu] [--cpu-devices K]
 
 Run with the training environment's interpreter (as verify_hardware.py): it imports torch,
@@ -52,8 +53,9 @@ REASONS = {
     0x100: "Display Clock Setting",
 }
 DEFAULT_GEMM = {"cuda": 8192, "cpu": 128}
-# The all-reduce buffer: 256 MiB is where nccl-tests' all_reduce_perf is near its plateau on NVLink
-# (verify.yml's all-reduce floors are read at that size); the CPU stand-in stays small.
+# The all-reduce buffer: 256 MiB, the size acceptance.yml's node-to-node pairs all-reduce
+# (acceptance_pair_mib). It is a load to hold and watch for a drift, not a figure judged against a
+# floor; the CPU stand-in stays small.
 DEFAULT_ALLREDUCE_MIB = {"cuda": 256.0, "cpu": 4.0}
 MIB = 1 << 20
 
