@@ -196,7 +196,7 @@ def plan_node_sweep(
     Node count k takes the first k hosts, so every run includes the rendezvous host. Defaults:
     node counts 1, 2, 4, ... up to all hosts; ranks per node 1, 2, 4, ... up to what every host
     has. A count the hosts cannot supply is an error, not silently dropped; counts below 1 are
-    bench.preflight's to refuse.
+    bench.admission's to refuse.
     """
     smallest = min(h.slots for h in placement)
     nodes_list = sorted(set(node_counts)) if node_counts else default_rank_counts(len(placement))
@@ -241,31 +241,6 @@ def is_local_host(name: str) -> bool:
         if own:
             names |= {own, own.split(".", 1)[0]}
     return name in names
-
-
-@dataclass(frozen=True)
-class HorovodStatus:
-    available: bool
-    version: str = ""
-    nccl_built: bool | None = None
-    reason: str = ""  # why it is unavailable
-
-
-@dataclass(frozen=True)
-class Environment:
-    """What this machine offers, detected once by bench.machine (local_environment, or
-    the nodes' survey for a multi-node sweep)."""
-
-    device: str  # "cuda" when GPUs are visible, else "cpu"
-    gpu_count: int
-    gpu_name: str
-    bf16_supported: bool
-    tf32_supported: bool
-    cores: int
-    horovod: HorovodStatus
-    tensorflow: str | None = None  # the installed TensorFlow's version (every node's), or None
-    gpu_capability: tuple[int, int] | None = None  # the smallest node's GPU 0
-    gpu_memory_gb: float = 0.0
 
 
 # --------------------------------------------------------------------------------------------

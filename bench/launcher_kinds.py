@@ -15,7 +15,7 @@ import enum
 from dataclasses import dataclass
 
 # Components whose versions must agree across nodes (bench.launchers.versions) and that the
-# preflight checks on the machine that runs the ranks (bench.config.horovod_problem).
+# admission checks on the machine that runs the ranks (bench.machine.HorovodStatus.problem).
 TORCH_PACKAGE = "torch"
 HOROVOD_PACKAGE = "horovod"
 TENSORFLOW_PACKAGE = "tensorflow"

@@ -106,7 +106,7 @@ def resolve_loaders(
     problem: Callable[[str, str], str] = loader_problem,
 ) -> tuple[str, ...]:
     """The loaders a sweep runs: as requested, NO_LOADER for synthetic data, else the default
-    (the first runnable of DEFAULT_ORDER on a GPU, torch on CPU). Refusals are validate's."""
+    (the first runnable of DEFAULT_ORDER on a GPU, torch on CPU). Refusals are admission's."""
     if data == SYNTHETIC:
         return tuple(requested) if requested else (NO_LOADER,)
     if requested:

@@ -35,7 +35,6 @@ from typing import Any
 
 from bench import __version__
 from bench.gpu_defaults import AMPERE
-from bench.hosts import Environment, HorovodStatus
 from bench.launchers import COLLECTIVE_PREFIXES
 from bench.launchers.sites import probe_json, run_here
 from bench.paths import REPO_ROOT
@@ -229,6 +228,45 @@ def survey_records(lines: Iterable[str]) -> list[dict[str, Any]]:
         if marker:
             records.append(dict(json.loads(payload)))
     return records
+
+
+@dataclass(frozen=True)
+class HorovodStatus:
+    """Whether Horovod works here (horovod_status), and why not."""
+
+    available: bool
+    version: str = ""
+    nccl_built: bool | None = None
+    reason: str = ""  # why it is unavailable
+
+    def problem(self, device: str) -> str:
+        """Why Horovod cannot run a sweep on `device`, or "" if it can."""
+        if not self.available:
+            return self.reason or "Horovod is not installed"
+        if device == "cuda" and self.nccl_built is False:
+            return (
+                f"Horovod {self.version} was built without NCCL: GPU allreduce would go through "
+                "host memory (about half the per-GPU throughput, horovod#2686); rebuild with "
+                "HOROVOD_GPU_OPERATIONS=NCCL"
+            )
+        return ""
+
+
+@dataclass(frozen=True)
+class Environment:
+    """What this machine offers, detected once here (local_environment, or the nodes' survey
+    for a multi-node sweep: environment_of)."""
+
+    device: str  # "cuda" when GPUs are visible, else "cpu"
+    gpu_count: int
+    gpu_name: str
+    bf16_supported: bool
+    tf32_supported: bool
+    cores: int
+    horovod: HorovodStatus
+    tensorflow: str | None = None  # the installed TensorFlow's version (every node's), or None
+    gpu_capability: tuple[int, int] | None = None  # the smallest node's GPU 0
+    gpu_memory_gb: float = 0.0
 
 
 _HOROVOD_PROBE = """

@@ -9,9 +9,10 @@ from typing import Any
 
 from bench.config import BenchConfig, Request
 from bench.gpu_defaults import GpuDefaults, GpuDescription, gpu_defaults
-from bench.hosts import Environment, default_rank_counts
+from bench.hosts import default_rank_counts
 from bench.launcher_kinds import DEFAULT_LAUNCHERS
 from bench.loader_support import resolve_loaders
+from bench.machine import Environment
 from bench.spec import SYNTHETIC, Knob, Variant, Workload, knobs, total_slots
 
 

@@ -3,7 +3,8 @@ that cannot go on is refused at once.
 
 In order: no other option beside --resume (the saved configuration is reused); the sweep's lock
 (bench.sweep_lock: a second controller is refused with the first one's identity); the results
-read back, every damaged or missing file rebuilt from what survives (bench.results); then what
+read back, every damaged or missing file rebuilt from what survives (bench.results); the saved
+values admitted as a request's are (bench.admission.saved_problems); then what
 an earlier controller of this sweep left running is stopped (bench.launchers.stop, by the sweep's
 tag): on every node of the sweep first (--hosts', or under --slurm the nodes of the allocation
 the resume runs in; a node that cannot be reached refuses the resume), then on this machine.
@@ -20,6 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bench.admission import saved_problems
 from bench.config import BenchConfig, ConfigError, Request
 from bench.hosts import ClusterConfig, host_names
 from bench.launchers import SWEEP_TAG_VAR, RemoteError
@@ -61,9 +63,15 @@ def read_saved(store: ResultStore) -> tuple[BenchConfig, dict[str, Any]]:
         ) from None
     meta = store.read_meta()
     try:
-        return BenchConfig.from_dict(meta["config"]), meta
+        config = BenchConfig.from_dict(meta["config"])
     except (TypeError, ValueError, KeyError) as exc:
         raise _refused(f"{store.path}: its configuration does not load ({exc})") from None
+    problems = saved_problems(config)  # the values tier, on the saved values
+    if problems:
+        raise _refused(
+            f"{store.path}: its configuration is refused:\n    - " + "\n    - ".join(problems)
+        )
+    return config, meta
 
 
 def stop_leftovers(directory: Path, sweep_id: str, policy: StopPolicy = STOP) -> list[int]:

@@ -11,7 +11,8 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from bench.config import ConfigError, Request, refuse, request_problems
+from bench.admission import request_problems
+from bench.config import ConfigError, Request, refuse
 from bench.launcher_kinds import DEFAULT_LAUNCHERS, launcher_kind
 from bench.options import EXIT_CODES, parse_request
 from bench.spec import runs_on_host
@@ -50,7 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from bench.machine import local_environment
 
         environment = local_environment(check_horovod=wants_horovod_check(request))
-        sweep = stages.prepare(request, args, environment, saved)
+        sweep = stages.prepare(request, environment, saved)
     except ConfigError as exc:
         print(f"bench: cannot run this sweep:\n{exc}", file=sys.stderr)
         return 2

@@ -1,5 +1,5 @@
 """The stages of a sweep, in order: `prepare` (resume or start fresh, connect to the nodes,
-validate, plan), then `execute_sweep` (probe allreduce bandwidth once per GPU count, launch each
+admit, plan), then `execute_sweep` (probe allreduce bandwidth once per GPU count, launch each
 run as its own process group, write the report).
 
 Each row is stored the moment its run ends; Ctrl-C (or SIGTERM) stops the current run, records
@@ -17,7 +17,6 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -26,32 +25,22 @@ from typing import Any
 
 from tqdm import tqdm
 
-from bench import nccl_tests, report, rows
-from bench.config import (
-    BenchConfig,
-    ConfigError,
-    Request,
-    launcher_problem,
-    problems,
-    refuse,
-)
-from bench.hosts import ClusterConfig, Environment
-from bench.launcher_kinds import launcher_kind
+from bench import admission, nccl_tests, report, rows
+from bench.config import BenchConfig, ConfigError, Request
+from bench.hosts import ClusterConfig
 from bench.launchers import ExecResult, Launcher, RemoteError
 from bench.launchers.cluster import ClusterLauncher
 from bench.launchers.docker import DockerWrapper
-from bench.launchers.docker.check import check_images
 from bench.launchers.local import LocalLauncher
-from bench.machine import collect_system_info
+from bench.machine import Environment, collect_system_info
 from bench.machine_defaults import chosen_defaults, resolve
 from bench.plan import local_placement, plan_probes, plan_sweep, why_not_runnable
-from bench.preflight import cluster_problems
 from bench.report import per_gpu
 from bench.results import ResultStore
-from bench.resume import Saved, open_saved
+from bench.resume import Saved
 from bench.schema import ProbeRow, Status
 from bench.shared import models
-from bench.spec import ProbeSpec, RunSpec, runs_on_host
+from bench.spec import ProbeSpec, RunSpec
 from bench.sweep_lock import SweepLock, acquire
 
 
@@ -72,15 +61,6 @@ class Sweep:
     lock: SweepLock | None = None  # held from the directory's creation (or --resume) to the end
 
 
-def unavailable_launchers(config: BenchConfig, env: Environment) -> dict[str, str]:
-    """Launchers in the sweep that cannot run here (only possible when not asked for by name:
-    validation rejects an explicit --launchers horovod that cannot run)."""
-    if not runs_on_host(config.axes):
-        return {}
-    problems = {x: launcher_problem(launcher_kind(x), env, config.device) for x in config.launchers}
-    return {x: problem for x, problem in problems.items() if problem}
-
-
 def unavailable_reason(sweep: Sweep, spec: RunSpec) -> str:
     """Why a run is recorded without launching it ("" when it runs): its launcher cannot run
     where the run runs (the host or its image), or not in this configuration."""
@@ -88,10 +68,10 @@ def unavailable_reason(sweep: Sweep, spec: RunSpec) -> str:
 
 
 def connect(cluster: ClusterConfig | None) -> ClusterLauncher | None:
-    """For --hosts or --slurm: every node reachable and surveyed, before anything is planned."""
+    """For --hosts or --slurm: every node reachable and surveyed, before anything is planned
+    (its values, and Slurm's tools, were admitted before)."""
     if cluster is None:
         return None
-    refuse(cluster_problems(cluster))  # e.g. no srun: say that, not what the survey would meet
     try:
         nodes = ClusterLauncher(cluster)
         nodes.survey()
@@ -127,21 +107,8 @@ def claim(sweep: Sweep) -> None:
     sweep.store = ResultStore(Path(sweep.config.out_root) / sweep_id)
 
 
-def node_problems(sweep: Sweep, nodes: ClusterLauncher | None) -> list[str]:
-    """The nodes differ in what the sweep's launchers depend on, or are too few (listed with the
-    other problems of the request, in the same refusal)."""
-    if nodes is None:
-        return []
-    config = sweep.config
-    try:
-        nodes.check([x for x in config.launchers if x not in sweep.unavailable], config.device)
-    except RemoteError as exc:
-        return [str(exc).replace("\n", "\n    ")]
-    return []
-
-
 def choose_launcher(sweep: Sweep, nodes: ClusterLauncher | None) -> Launcher:
-    """Where the launches run (the nodes were checked by node_problems)."""
+    """Where the launches run (the nodes were admitted)."""
     if nodes is not None:
         nodes.wrapper = sweep.wrapper
         return nodes
@@ -161,15 +128,13 @@ def plan_runs_and_probes(sweep: Sweep, env: Environment) -> None:
     meta["planned_runs"] = [s.run_id for s in sweep.runs]
 
 
-def prepare(
-    request: Request, argv: Sequence[str], env: Environment, saved: Saved | None = None
-) -> Sweep:
-    """Resume or start fresh, connect to the nodes, validate and plan. Nothing runs yet.
+def prepare(request: Request, env: Environment, saved: Saved | None = None) -> Sweep:
+    """Resume or start fresh, connect to the nodes, admit and plan. Nothing runs yet.
 
-    saved: the --resume sweep already opened (bench.resume, before torch was imported); opened
-    here otherwise. Every problem, of the request or of the machine, is in one ConfigError.
+    request: admitted by its values (bench.admission.request_problems); saved: the --resume sweep,
+    opened by bench.resume before torch was imported. Every problem of the machine is in one
+    ConfigError; the saved sweep's lock is released on any failure.
     """
-    saved = saved or open_saved(request, argv)
     try:
         return _prepare(request, env, saved)
     except BaseException:
@@ -186,15 +151,8 @@ def _prepare(request: Request, env: Environment, saved: Saved | None) -> Sweep:
         sweep = Sweep(saved.config, saved.store, saved.meta, lock=saved.lock)
     else:
         sweep = fresh_sweep(request, env)
-    errors = problems(sweep.config, env, models.available_models())
-    sweep.unavailable = unavailable_launchers(sweep.config, env)
-    errors += node_problems(sweep, nodes)
-    if not errors:  # the images are checked only for a sweep that is otherwise possible
-        try:
-            sweep.wrapper = check_images(sweep.config, env)
-        except ConfigError as exc:
-            errors.append(str(exc).removeprefix("  - "))
-    refuse(errors)
+    admitted = admission.admit(sweep.config, env, models.available_models(), nodes)
+    sweep.unavailable, sweep.wrapper = admitted.unavailable, admitted.wrapper
     sweep.launcher = choose_launcher(sweep, nodes)
     if sweep.lock is None:  # a fresh sweep: its directory, once it is admitted
         claim(sweep)

@@ -25,7 +25,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from bench.hosts import ClusterConfig, Environment, HorovodStatus, host_names
+from bench.hosts import ClusterConfig, host_names
 from bench.launcher_kinds import Argv
 from bench.launchers import (
     FORWARDED_PREFIXES,
@@ -67,7 +67,7 @@ from bench.launchers.sites import (
 )
 from bench.launchers.stop import STOP, StopPolicy
 from bench.launchers.versions import check_versions, components_for
-from bench.machine import NodeInfo, environment_of, survey_records
+from bench.machine import Environment, HorovodStatus, NodeInfo, environment_of, survey_records
 from bench.paths import bench_pythonpath
 from bench.shared.tf_rules import TF_CONFIG_VAR, tf_config
 from bench.spec import HostSlots, Placement, ProbeSpec, RunSpec, format_hosts

@@ -134,7 +134,7 @@ def test_ci_runs_the_readme_test_command() -> None:
 
 
 def test_shown_sweep_options_are_accepted() -> None:
-    from bench.config import request_problems
+    from bench.admission import request_problems
     from bench.options import parse_request
 
     parsed = []

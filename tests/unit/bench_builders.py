@@ -8,7 +8,7 @@ import dataclasses
 from typing import Any
 
 from bench.config import BenchConfig
-from bench.hosts import Environment, HorovodStatus
+from bench.machine import Environment, HorovodStatus
 from bench.machine_defaults import resolve
 from bench.options import parse_request
 from bench.plan import launcher_variant

@@ -12,8 +12,9 @@ import pytest
 from bench_builders import MODELS, config_for, cpu_machine, gpu_machine
 
 from bench import machine, scaling, stages
-from bench.config import BenchConfig, ConfigError, request_problems, validate
-from bench.hosts import HorovodStatus
+from bench.admission import admit, request_problems, unavailable_launchers
+from bench.config import BenchConfig, ConfigError, refuse
+from bench.machine import HorovodStatus
 from bench.options import explicit_options, parse_request
 
 
@@ -29,7 +30,7 @@ def test_cpu_defaults_are_a_quick_smoke_test() -> None:
     )
     assert (config.workload.warmup_steps, config.workload.timed_steps, config.repeats) == (2, 8, 3)
     assert config.workload.loader_workers == 0
-    validate(config, cpu_machine(cores=2), MODELS)
+    admit(config, cpu_machine(cores=2), MODELS)
 
 
 def test_gpu_defaults() -> None:
@@ -44,7 +45,7 @@ def test_gpu_defaults() -> None:
     assert (config.workload.warmup_steps, config.workload.timed_steps) == (20, 100)
     assert config.workload.loader_workers == 8  # 32 cores / 4 GPUs
     assert config_for([], gpu_machine(ampere=False)).axes["precision"] == ("amp-fp16",)
-    validate(config, gpu_machine(gpus=4), MODELS)
+    admit(config, gpu_machine(gpus=4), MODELS)
 
 
 def test_cpu_device_can_be_forced_on_a_gpu_machine() -> None:
@@ -57,9 +58,11 @@ def test_cpu_device_can_be_forced_on_a_gpu_machine() -> None:
 
 
 def errors_for(argv: list[str], env=None) -> str:  # type: ignore[no-untyped-def]
+    """The refusal of argv as bench.scaling gives it: the values tier, then the machine's."""
     env = env or cpu_machine()
     with pytest.raises(ConfigError) as caught:
-        validate(config_for(argv, env), env, MODELS)
+        refuse(request_problems(parse_request(argv)))
+        admit(config_for(argv, env), env, MODELS)
     return str(caught.value)
 
 
@@ -100,7 +103,7 @@ def test_unknown_model_suggests_a_close_name() -> None:
 def test_impossible_requests(argv: list[str], expected: str | None) -> None:
     if expected is None:
         config = config_for(argv, cpu_machine())
-        validate(config, cpu_machine(), MODELS)
+        admit(config, cpu_machine(), MODELS)
     else:
         assert expected in errors_for(argv)
 
@@ -113,12 +116,16 @@ def test_bf16_needs_a_gpu_with_bf16() -> None:
 def test_data_dir_needs_class_subdirectories(tmp_path: Path) -> None:
     assert "no class subdirectories" in errors_for(["--data", str(tmp_path)])
     (tmp_path / "cat").mkdir()
-    validate(config_for(["--data", str(tmp_path)], cpu_machine()), cpu_machine(), MODELS)
+    admit(config_for(["--data", str(tmp_path)], cpu_machine()), cpu_machine(), MODELS)
 
 
-def test_all_problems_are_reported_at_once() -> None:
-    message = errors_for(["--gpus", "8", "--model", "nosuchnet", "--batch-size", "0"])
-    assert message.count("\n  - ") == 2  # three problems, one per line
+def test_all_problems_of_a_tier_are_reported_at_once() -> None:
+    message = errors_for(["--gpus", "8", "--model", "nosuchnet", "--precision", "tf32"])
+    assert message.count("\n  - ") == 2  # three problems of the machine, one per line
+    # a value no machine could run stops the request before the machine is asked
+    assert (
+        errors_for(["--gpus", "8", "--batch-size", "0"]) == "  - --batch-size must be >= 1, got 0"
+    )
 
 
 def test_horovod_asked_for_but_missing() -> None:
@@ -128,8 +135,8 @@ def test_horovod_asked_for_but_missing() -> None:
     )
     # not asked for by name: the sweep goes on and records Horovod's runs as unavailable
     config = config_for([], missing)
-    validate(config, missing, MODELS)
-    assert stages.unavailable_launchers(config, missing) == {"horovod": "horovodrun not found"}
+    admit(config, missing, MODELS)
+    assert unavailable_launchers(config, missing) == {"horovod": "horovodrun not found"}
 
 
 def test_horovod_without_nccl_on_a_gpu_host() -> None:
@@ -137,8 +144,8 @@ def test_horovod_without_nccl_on_a_gpu_host() -> None:
     assert "built without NCCL" in errors_for(["--launchers", "ddp,horovod"], gloo_only)
     # on a CPU sweep NCCL does not matter
     cpu = cpu_machine(horovod=HorovodStatus(True, "0.28.1", nccl_built=False))
-    validate(config_for(["--launchers", "horovod"], cpu), cpu, MODELS)
-    assert stages.unavailable_launchers(config_for([], cpu), cpu) == {}
+    admit(config_for(["--launchers", "horovod"], cpu), cpu, MODELS)
+    assert unavailable_launchers(config_for([], cpu), cpu) == {}
 
 
 @pytest.mark.parametrize(
@@ -303,8 +310,6 @@ def test_switches_and_sweeps_parse_to_field_values() -> None:
 
 
 def test_values_are_checked_without_a_machine() -> None:
-    from bench.config import request_problems
-
     assert request_problems(parse_request(["--grad-accum", "0"])) == [
         "--grad-accum must be >= 1, got 0"
     ]
@@ -333,7 +338,7 @@ def test_the_values_tier_touches_neither_torch_nor_pandas_nor_the_machine() -> N
     )
     code = (
         "import sys\n"
-        "from bench.config import request_problems\n"
+        "from bench.admission import request_problems\n"
         "from bench.options import parse_request\n"
         "assert request_problems(parse_request(['--timeout', 'nan']))\n"
         "heavy = {'torch', 'pandas', 'pynvml'} & set(sys.modules)\n"

@@ -8,7 +8,7 @@ import pytest
 from bench_builders import config_for, cpu_machine, gpu_machine
 
 from bench.gpu_defaults import GpuDescription, batch_for_memory, gpu_defaults
-from bench.hosts import Environment
+from bench.machine import Environment
 
 # name, capability and memory as torch.cuda.get_device_properties reports them
 H100 = GpuDescription("NVIDIA H100 80GB HBM3", (9, 0), 85.0)

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from bench_builders import cpu_machine
 
-from bench.config import BenchConfig, ConfigError, validate
+from bench.admission import admit, cluster_problems
+from bench.config import BenchConfig, ConfigError
 from bench.hosts import (
     ClusterConfig,
     HostSpecError,
@@ -28,7 +29,6 @@ from bench.hosts import (
 )
 from bench.machine_defaults import resolve
 from bench.options import build_parser, default_words, parse_request
-from bench.preflight import cluster_problems
 from bench.spec import HostSlots, format_hosts, knobs
 
 
@@ -320,7 +320,7 @@ def test_nodes_smaller_than_the_request_are_refused_before_launch() -> None:
     request = parse_request(["--hosts", "n1:4,n2:4", "--gpus-per-node", "4", "--model", "resnet18"])
     two_core_nodes = cpu_machine(cores=2)
     with pytest.raises(ConfigError, match="--gpus-per-node: 4 requested but the smallest node"):
-        validate(resolve(request, two_core_nodes), two_core_nodes, ["resnet18"])
+        admit(resolve(request, two_core_nodes), two_core_nodes, ["resnet18"])
 
 
 def test_every_cluster_option_is_generated_from_a_clusterconfig_field() -> None:

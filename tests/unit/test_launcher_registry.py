@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from bench_builders import MODELS, config_for, cpu_machine, gpu_machine
 
-from bench.config import BenchConfig, problems
-from bench.hosts import Environment, HorovodStatus
+from bench.admission import machine_problems
+from bench.config import BenchConfig
 from bench.launcher_kinds import (
     DEFAULT_LAUNCHERS,
     HOROVOD_PACKAGE,
@@ -27,6 +27,7 @@ from bench.launchers import launch_of
 from bench.launchers.argv import Tools
 from bench.launchers.local import LocalLauncher
 from bench.launchers.versions import components_for
+from bench.machine import Environment, HorovodStatus
 from bench.plan import local_placement, plan_sweep, why_not_runnable
 from bench.rank import engines
 from bench.rows import allreduce_mb_per_image
@@ -159,7 +160,9 @@ def test_the_layout_is_the_frameworks_own_on_cpu_unless_memory_format_is_given(
 @pytest.mark.parametrize("kind", KINDS, ids=LAUNCHERS)
 def test_multi_node_is_what_validation_allows(kind: LauncherKind) -> None:
     config = config_for(["--hosts", "a:1,b:1", "--launchers", kind.name], gpu_machine())
-    refused = [e for e in problems(config, gpu_machine(), MODELS) if "cannot span nodes" in e]
+    refused = [
+        e for e in machine_problems(config, gpu_machine(), MODELS) if "cannot span nodes" in e
+    ]
     assert bool(refused) != kind.multi_node
     assert kind.ssh_to_other_nodes == (kind.argv is Argv.HOROVODRUN)  # horovodrun's own ssh
 
@@ -172,11 +175,15 @@ def test_components_are_the_version_check_and_the_preflight(kind: LauncherKind) 
     assert kind.needs_horovod == (kind.name == "horovod")
     no_horovod = gpu_machine(horovod=HorovodStatus(False, reason="horovodrun not found"))
     config = config_for(["--launchers", kind.name], no_horovod)
-    refused = [e for e in problems(config, no_horovod, MODELS) if "horovodrun not found" in e]
+    refused = [
+        e for e in machine_problems(config, no_horovod, MODELS) if "horovodrun not found" in e
+    ]
     assert bool(refused) == (HOROVOD_PACKAGE in kind.components)
     no_tf = dataclasses.replace(gpu_machine(), tensorflow=None)
     config = config_for(["--launchers", kind.name], no_tf)
-    refused = [e for e in problems(config, no_tf, MODELS) if "TensorFlow is not installed" in e]
+    refused = [
+        e for e in machine_problems(config, no_tf, MODELS) if "TensorFlow is not installed" in e
+    ]
     assert bool(refused) == (TENSORFLOW_PACKAGE in kind.components)
 
 

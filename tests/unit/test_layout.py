@@ -2,8 +2,9 @@
 (bench.spec, bench.launcher_kinds and bench.shared) imports only itself; the rank side (bench.rank,
 started by torchrun, horovodrun and the tf launcher) imports only itself and the vocabulary; the
 controller (everything else) imports no rank module: it starts them by module name. Within the
-controller, the request's modules (config, options, preflight, spec) import none of the machine,
-the launchers, the stages or the results, and the launchers import no stage."""
+controller, the request's modules (config, options, spec) import none of the machine, the
+launchers, admission, the stages or the results, and the launchers import neither admission nor a
+stage."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 VOCABULARY = ("bench.spec", "bench.launcher_kinds", "bench.shared")
 RANK_MAY_IMPORT = ("bench.rank", *VOCABULARY)
-REQUEST = ("bench.config", "bench.options", "bench.preflight", "bench.spec")
+REQUEST = ("bench.config", "bench.options", "bench.spec")
 ABOVE_REQUEST = (
+    "bench.admission",
     "bench.launchers",
     "bench.machine",
     "bench.stages",
@@ -22,7 +24,7 @@ ABOVE_REQUEST = (
     "bench.report",
     "bench.results",
 )
-ABOVE_LAUNCHERS = ("bench.stages", "bench.scaling")
+ABOVE_LAUNCHERS = ("bench.admission", "bench.stages", "bench.scaling")
 
 
 def module_name(path: Path) -> str:

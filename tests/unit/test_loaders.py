@@ -665,7 +665,8 @@ def test_loader_knob_defaults_validates_and_names_the_runs(
 ) -> None:
     from bench_builders import MODELS, config_for, cpu_machine, gpu_machine
 
-    from bench.config import ConfigError, validate
+    from bench.admission import admit
+    from bench.config import ConfigError
     from bench.spec import NO_LOADER, Variant
 
     real = ["--data", str(jpeg_folder)]
@@ -682,7 +683,7 @@ def test_loader_knob_defaults_validates_and_names_the_runs(
     monkeypatch.setattr(loader_support, "gpu_decode_problem", lambda loader: "cannot decode")
     config = config_for([*real, "--loader", "torch,nvjpeg,dali"], gpu_machine())
     with pytest.raises(ConfigError) as refused:
-        validate(config, gpu_machine(), MODELS)
+        admit(config, gpu_machine(), MODELS)
     assert "--loader nvjpeg: cannot decode" in str(refused.value)
     assert "--loader dali: NVIDIA DALI is not installed" in str(refused.value)
     assert [v.label for v in config.variants()] == [

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from bench import machine
-from bench.hosts import HorovodStatus
 from bench.launchers import on_node as node_cli
 from bench.launchers.cluster import parse_survey_output
 from bench.launchers.sites import probe_json
@@ -21,7 +20,7 @@ from bench.launchers.versions import (
     compare_versions,
     components_for,
 )
-from bench.machine import NodeInfo
+from bench.machine import HorovodStatus, NodeInfo
 from bench.paths import REPO_ROOT
 
 

@@ -12,7 +12,7 @@ import time
 import pytest
 from bench_builders import config_for, cpu_machine, gpu_machine, run_row
 
-from bench.config import check_values
+from bench.admission import check_values
 from bench.hosts import ClusterConfig
 from bench.launcher_kinds import PER_GPU, launcher_kind
 from bench.launchers import ExecResult, launch_of

@@ -16,20 +16,20 @@ from bench_builders import MODELS, cpu_machine
 from test_results_store import sweep_with_rows
 from test_scaling import REPO, heavy_modules_after
 
-from bench import machine, preflight, scaling, stages, sweep_lock
-from bench.config import request_problems
+from bench import admission, machine, scaling, stages, sweep_lock
+from bench.admission import request_problems
 from bench.hosts import ClusterConfig
 from bench.options import parse_request
 
 
 def test_out_under_a_plain_file_is_named(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")
-    assert preflight.out_problem(str(tmp_path / "file")).endswith(
+    assert admission.out_problem(str(tmp_path / "file")).endswith(
         "is a plain file, not a directory"
     )
-    problem = preflight.out_problem(str(tmp_path / "file" / "a" / "b"))
+    problem = admission.out_problem(str(tmp_path / "file" / "a" / "b"))
     assert f"lies under {tmp_path / 'file'}, which is a plain file" in problem
-    assert preflight.out_problem(str(tmp_path / "new" / "results")) == ""
+    assert admission.out_problem(str(tmp_path / "new" / "results")) == ""
 
 
 def test_out_on_a_read_only_file_system_is_refused_before_launch(tmp_path: Path) -> None:
@@ -37,8 +37,8 @@ def test_out_on_a_read_only_file_system_is_refused_before_launch(tmp_path: Path)
     mount = tmp_path / "ro"
     mount.mkdir()
     code = (
-        "import sys\nfrom bench import preflight\n"
-        f"print(preflight.out_problem({str(mount / 'results')!r}))\n"
+        "import sys\nfrom bench import admission\n"
+        f"print(admission.out_problem({str(mount / 'results')!r}))\n"
     )
     script = f'mount -t tmpfs -o ro tmpfs {mount} && exec {sys.executable} -c "$0"'
     done = subprocess.run(
@@ -61,12 +61,12 @@ def cluster(**fields: object) -> ClusterConfig:
 
 
 def test_ports_and_counts_are_range_checked() -> None:
-    assert preflight.cluster_problems(cluster(ssh_port=0, rdzv_port=70000)) == [
+    assert admission.cluster_problems(cluster(ssh_port=0, rdzv_port=70000)) == [
         "--ssh-port must be a port from 1 to 65535, got 0",
         "--rdzv-port must be a port from 1 to 65535, got 70000",
     ]
-    assert preflight.cluster_problems(cluster(ssh_port=22, rdzv_port=29400)) == []
-    problems = preflight.cluster_problems(cluster(gpus_per_node=(0, 2)))
+    assert admission.cluster_problems(cluster(ssh_port=22, rdzv_port=29400)) == []
+    problems = admission.cluster_problems(cluster(gpus_per_node=(0, 2)))
     assert problems == ["--gpus-per-node must be >= 1, got 0,2"]
 
 
@@ -81,12 +81,12 @@ def fake_tools(directory: Path, *names: str) -> str:
 def test_slurm_tools_must_be_on_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", fake_tools(tmp_path / "bin", "srun"))
     slurm = cluster(slurm=True)
-    assert preflight.cluster_problems(slurm) == [
+    assert admission.cluster_problems(slurm) == [
         "--slurm: scontrol not found on PATH: run the sweep inside a Slurm allocation (sbatch "
         "or salloc; load Slurm's module), or use --hosts"
     ]
     monkeypatch.setenv("PATH", fake_tools(tmp_path / "bin", "scontrol"))
-    assert preflight.cluster_problems(slurm) == []
+    assert admission.cluster_problems(slurm) == []
 
 
 def test_conflicting_flags_are_refused() -> None:
@@ -104,8 +104,15 @@ def test_conflicting_flags_are_refused() -> None:
 
 def test_seed_and_nccl_tests_path_are_checked(tmp_path: Path) -> None:
     assert request_problems(parse_request(["--seed", "-1"])) == ["--seed must be >= 0, got -1"]
-    assert preflight.nccl_tests_problem(str(tmp_path / "none")).startswith("--nccl-tests ")
-    assert preflight.nccl_tests_problem("off") == preflight.nccl_tests_problem("") == ""
+    missing = str(tmp_path / "none")
+    assert admission.check_values({"nccl_tests": missing}) == [
+        f"--nccl-tests {missing}: no such file or directory ('off' skips nccl-tests)"
+    ]
+    assert (
+        admission.check_values({"nccl_tests": "off"})
+        == admission.check_values({"nccl_tests": ""})
+        == []
+    )
 
 
 @pytest.fixture

@@ -189,3 +189,25 @@ def test_a_slurm_sweep_stops_its_leftovers_on_the_allocations_nodes_through_srun
     monkeypatch.delenv("SLURM_JOB_ID")
     with pytest.raises(ConfigError, match="inside one Slurm allocation"):
         resume_with(FakeNodes({}), tmp_path / "s", monkeypatch)
+
+
+def test_a_saved_configuration_is_admitted_as_a_request_is_before_anything_is_stopped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A sweep.jsonl edited by hand: values no machine could run, and a port out of range.
+    config = config_for(["--out", str(tmp_path)], cpu_machine())
+    edited = dataclasses.replace(
+        config, repeats=0, timeout_s=float("nan"), cluster=dataclasses.replace(CLUSTER, ssh_port=0)
+    )
+    ResultStore(tmp_path / "edited").create({"sweep_id": "s", "config": edited.to_dict()})
+    nodes = FakeNodes({})
+    with pytest.raises(ConfigError) as refused:
+        resume_with(nodes, tmp_path / "edited", monkeypatch)
+    for problem in (
+        "--repeats must be >= 1, got 0",
+        "--timeout must be a finite number, got nan",
+        "--ssh-port must be a port from 1 to 65535, got 0",
+    ):
+        assert problem in str(refused.value)
+    assert nodes.calls == []  # no host reached, nothing stopped
+    assert read_holder(tmp_path / "edited" / LOCK_NAME) is None  # the lock is released

@@ -24,7 +24,7 @@ import pytest
 from bench_builders import config_for, cpu_machine, run_row
 
 from bench import report, rows
-from bench.hosts import ClusterConfig, Environment, HorovodStatus, parse_hosts
+from bench.hosts import ClusterConfig, parse_hosts
 from bench.launchers import RUN_TAG_VAR, ExecResult, launch_of, new_tag
 from bench.launchers.argv import NodeCommand, torchrun_argv
 from bench.launchers.cluster import ClusterLauncher
@@ -45,7 +45,7 @@ from bench.launchers.sites import (
 )
 from bench.launchers.stop import StopPolicy
 from bench.launchers.versions import VersionMismatchError
-from bench.machine import NodeInfo
+from bench.machine import Environment, HorovodStatus, NodeInfo
 from bench.plan import plan_sweep
 
 PY = "/venv/bin/python"

@@ -14,9 +14,10 @@ from bench_builders import MODELS, cpu_machine
 
 from bench import scaling, stages
 from bench.config import ConfigError
-from bench.hosts import Environment, HorovodStatus
 from bench.launchers import ExecResult
+from bench.machine import Environment, HorovodStatus
 from bench.results import ResultStore
+from bench.resume import open_saved
 from bench.shared import wire
 from bench.spec import ProbeSpec, RunSpec
 
@@ -49,7 +50,8 @@ class FakeLauncher:
 
 
 def prepare(argv: list[str], env: Environment) -> stages.Sweep:
-    return stages.prepare(scaling.admitted(argv), argv, env)
+    request = scaling.admitted(argv)
+    return stages.prepare(request, env, open_saved(request, argv))
 
 
 @pytest.fixture

@@ -15,7 +15,8 @@ from bench_builders import config_for, cpu_machine, run_row
 from torch.autograd import DeviceType
 
 from bench import report
-from bench.config import ConfigError, validate
+from bench.admission import admit
+from bench.config import ConfigError
 from bench.launchers import launch_of
 from bench.launchers.local import LocalLauncher
 from bench.plan import local_placement, plan_sweep, why_not_runnable
@@ -95,7 +96,7 @@ def test_dataparallel_never_runs_compiled_and_never_across_nodes() -> None:
     assert "torch.compile is not applied" in why_not_runnable(spec)
     multi = config_for(["--hosts", "a:1,b:1", "--launchers", "dp"], cpu_machine())
     with pytest.raises(ConfigError, match="--launchers dp: DataParallel runs on one machine only"):
-        validate(multi, cpu_machine(), ["resnet18"])
+        admit(multi, cpu_machine(), ["resnet18"])
 
 
 def test_profile_traces_the_steps_and_summarises_them(tmp_path: Path) -> None:

@@ -13,7 +13,6 @@ them), and its torch/CUDA/NCCL/Horovod versions (sweep.jsonl's system record).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import shlex
 import subprocess
@@ -22,12 +21,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench.config import BenchConfig, ConfigError
-from bench.config import horovod_problem as _horovod_problem
-from bench.hosts import Environment, HorovodStatus, host_names
+from bench.hosts import host_names
 from bench.launcher_kinds import LauncherKind, launcher_kind
 from bench.launchers.docker import CheckedImage, DockerWrapper, container_name
 from bench.launchers.sites import LocalSite, Site, last_line, on_all, run_on_host, site_for
-from bench.machine import survey_records
+from bench.machine import Environment, HorovodStatus, survey_records
 from bench.paths import REPO_ROOT
 from bench.spec import LOCAL_HOST, NO_CONTAINER, container_label
 
@@ -211,7 +209,7 @@ def launcher_in_image(
     kind: LauncherKind, facts: Mapping[str, Any], config: BenchConfig, env: Environment
 ) -> str:
     """Why a launcher cannot run in the image, or "" if it can."""
-    # (a launcher that cannot span nodes is refused with --hosts before: bench.config)
+    # (a launcher that cannot span nodes is refused with --hosts before: bench.admission)
     if config.cluster is not None and kind.multi_node and kind.ssh_to_other_nodes:
         return (
             f"{kind.title} across nodes in containers needs sshd inside the containers "
@@ -221,8 +219,7 @@ def launcher_in_image(
     if not kind.needs_horovod:
         return ""
     available, version, nccl, reason = facts.get("horovod_status") or (False, "", None, "")
-    status = HorovodStatus(bool(available), version or "", nccl, reason or "")
-    return _horovod_problem(dataclasses.replace(env, horovod=status), config.device)
+    return HorovodStatus(bool(available), version or "", nccl, reason or "").problem(config.device)
 
 
 def _refusals(config: BenchConfig, references: Sequence[str]) -> list[str]:
