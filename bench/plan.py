@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from bench.launcher_kinds import TENSORFLOW_PACKAGE, launcher_kind
+from bench.paths import SweepPaths
 from bench.shared import tf_rules
 from bench.spec import (
     LOCAL_HOST,
@@ -167,7 +168,9 @@ def plan_sweep(
                             batch_per_gpu=batch_per_gpu(config, ranks, variant.grad_accum),
                             scaling=scaling,
                             threads_per_rank=threads_per_rank(cores_per_host, processes),
-                            trace_path=f"{rid}.trace.json" if load.profile and repeat == 0 else "",
+                            trace_path=SweepPaths.trace_name(rid)
+                            if load.profile and repeat == 0
+                            else "",
                         )
                     )
     return specs

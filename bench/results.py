@@ -16,16 +16,7 @@ a temporary file and renames it over the store, so the store is never half writt
 A finished row (any status but interrupted/unavailable) is never replaced unless the caller says
 so (`overwrite=True`): a resumed sweep cannot measure a run twice by accident.
 
-Layout of a sweep directory:
-    sweep.jsonl           the store (the only source of the rows)
-    runs.parquet/.csv     one row per run, written from the store by bench.report.write_report
-    probes.parquet/.csv   one row per all-reduce probe, the same
-    per_gpu.parquet/.csv  the per-gpu check's fleet table (bench.report.per_gpu), the same
-    controller.lock       the controller running the sweep (bench.sweep_lock)
-    logs/<id>.log         each launch's full output
-    logs/<id>.trace.json  --profile: rank 0's torch.profiler trace (Chrome/Perfetto JSON)
-    logs/<id>.profile.json  --profile: its summary (top ops/kernels, communication share)
-    report.md, *.png      written by bench.report
+Where each file of a sweep's directory lies: bench.paths.SweepPaths.
 """
 
 from __future__ import annotations
@@ -40,6 +31,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
+from bench.paths import SweepPaths
 from bench.schema import (
     ProbeRow,
     Row,
@@ -53,16 +45,12 @@ from bench.schema import (
 
 __all__ = [
     "RETRIED_ON_RESUME",
-    "STORE",
     "ResultStore",
     "StoreError",
     "atomic_write_bytes",
     "write_views",
 ]
 
-STORE = "sweep.jsonl"
-EARLIER_STORE = "sweep.json"  # one JSON document, rewritten whole (versions before sweep.jsonl)
-PROFILE_SUFFIX = ".profile.json"
 DAMAGED_SUFFIX = ".damaged"
 # Rows a resumed sweep runs again: cut short, or not launched because the launcher was missing
 # (it may have been installed since). Every other status is a finished row.
@@ -93,11 +81,12 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         os.fsync(f.fileno())
 
 
-def write_views(directory: Path, name: str, rows: list[Row], cls: type[Row]) -> None:
-    """<name>.parquet and <name>.csv of `rows`, each replaced atomically."""
-    with _replacing(directory / f"{name}.parquet") as tmp:
+def write_views(views: tuple[Path, Path], rows: list[Row], cls: type[Row]) -> None:
+    """The Parquet and CSV views of `rows` (SweepPaths.views), each replaced atomically."""
+    parquet, csv = views
+    with _replacing(parquet) as tmp:
         pq.write_table(to_table(rows, cls), tmp)
-    atomic_write_bytes(directory / f"{name}.csv", to_frame(rows, cls).to_csv(index=False).encode())
+    atomic_write_bytes(csv, to_frame(rows, cls).to_csv(index=False).encode())
 
 
 def _line(kind: str, record: dict[str, Any]) -> bytes:
@@ -142,8 +131,7 @@ class _Table:
 class ResultStore:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        self.logs = directory / "logs"
-        self.path = directory / STORE
+        self.paths = SweepPaths(directory)
         self.runs = _Table(self, "run", RunRow, "run_id")
         self.probes = _Table(self, "probe", ProbeRow, "probe_id")
         self.meta: dict[str, Any] | None = None  # once loaded
@@ -151,7 +139,7 @@ class ResultStore:
     def create(self, meta: dict[str, Any]) -> None:
         """A new store holding only the sweep's metadata."""
         self.directory.mkdir(parents=True, exist_ok=True)
-        self.logs.mkdir(exist_ok=True)
+        self.paths.logs.mkdir(exist_ok=True)
         self.meta = json.loads(json.dumps(meta))
         self.runs.held, self.probes.held = {}, {}
         self.save()
@@ -159,7 +147,7 @@ class ResultStore:
     def append(self, line: bytes) -> None:
         """One line at the end of the store, on disk when this returns. A write that fails (a
         full disk) is cut back off, so the store ends with a whole line."""
-        with open(self.path, "ab") as f:
+        with open(self.paths.store, "ab") as f:
             size = f.tell()
             try:
                 f.write(line)
@@ -179,33 +167,36 @@ class ResultStore:
         if not self.directory.is_dir():
             raise StoreError(f"{self.directory} is not a directory")
         self.meta = {}
-        if not self.path.exists() and (self.directory / EARLIER_STORE).exists():
-            problems = self._read_earlier(self.directory / EARLIER_STORE)
+        store = self.paths.store
+        if not store.exists() and self.paths.earlier_store.exists():
+            problems = self._read_earlier(self.paths.earlier_store)
             self.save()
             return problems
         try:
-            data = self.path.read_bytes()
+            data = store.read_bytes()
         except FileNotFoundError:
             raise StoreError(
-                f"{self.path} is missing: it is the only record of the sweep's runs. Restore it "
+                f"{store} is missing: it is the only record of the sweep's runs. Restore it "
                 "from a copy of the directory, or start a new sweep"
             ) from None
         problems = self._read_lines(data)
         if "config" not in self.meta:
             raise StoreError(
-                f"{self.path} holds no configuration: restore it from a copy of the directory, "
+                f"{store} holds no configuration: restore it from a copy of the directory, "
                 "or start a new sweep"
             )
         if problems:
-            os.replace(self.path, self.path.with_name(self.path.name + DAMAGED_SUFFIX))
+            os.replace(store, store.with_name(store.name + DAMAGED_SUFFIX))
             self.save()
-            problems.append(f"kept as {self.path.name}{DAMAGED_SUFFIX}; rewritten from the rest")
+            problems.append(f"kept as {store.name}{DAMAGED_SUFFIX}; rewritten from the rest")
         return problems
 
     def _read_lines(self, data: bytes) -> list[str]:
         problems, lines = [], data.split(b"\n")
         if lines[-1]:  # no newline at the end: the last write was cut short
-            problems.append(f"{STORE}: its last line was cut short (a crash while writing)")
+            problems.append(
+                f"{self.paths.store.name}: its last line was cut short (a crash while writing)"
+            )
         tables = {t.kind: t for t in (self.runs, self.probes)}
         for number, line in enumerate(lines[:-1], 1):
             try:
@@ -224,7 +215,9 @@ class ResultStore:
                 if skipped:
                     raise ValueError(skipped[0].removeprefix("row 1 left out: "))
             except ValueError as error:  # JSONDecodeError and UnicodeDecodeError included
-                problems.append(f"{STORE} line {number} left out: {str(error)[:200]}")
+                problems.append(
+                    f"{self.paths.store.name} line {number} left out: {str(error)[:200]}"
+                )
         return problems
 
     def _read_earlier(self, path: Path) -> list[str]:
@@ -238,7 +231,7 @@ class ResultStore:
                     table.hold(row)
         except (OSError, ValueError, AttributeError) as error:
             raise StoreError(f"{path} does not read ({error}): restore it from a copy") from None
-        return [f"{path.name} (an earlier version's) read into {STORE}", *skipped]
+        return [f"{path.name} (an earlier version's) read into {self.paths.store.name}", *skipped]
 
     def read_meta(self) -> dict[str, Any]:
         """A copy of the metadata: changing it changes the store only through write_meta."""
@@ -259,26 +252,24 @@ class ResultStore:
         lines = [_line("meta", self.meta or {})]
         for table in (self.runs, self.probes):
             lines += [_line(table.kind, r) for r in to_json_records(list(table.held.values()))]
-        atomic_write_bytes(self.path, b"".join(lines))
+        atomic_write_bytes(self.paths.store, b"".join(lines))
 
     def write_views(self) -> None:
         """runs.parquet/.csv and probes.parquet/.csv from the store."""
         for table, name in ((self.runs, "runs"), (self.probes, "probes")):
-            write_views(self.directory, name, table.rows(), table.cls)
+            write_views(self.paths.views(name), table.rows(), table.cls)
 
     def write_profile(self, run_id: str, summary: dict[str, Any]) -> None:
         """--profile: one run's trace summary, read back by the report's appendix."""
-        self.logs.mkdir(parents=True, exist_ok=True)
-        path = self.logs / f"{run_id}{PROFILE_SUFFIX}"
-        atomic_write_bytes(path, json.dumps(summary, indent=2).encode())
+        self.paths.logs.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(self.paths.profile(run_id), json.dumps(summary, indent=2).encode())
 
     def profiles(self) -> dict[str, dict[str, Any]]:
         """Every stored --profile summary by run id."""
-        if not self.logs.is_dir():
-            return {}
+        suffix = SweepPaths.PROFILE
         return {
-            p.name.removesuffix(PROFILE_SUFFIX): json.loads(p.read_text())
-            for p in sorted(self.logs.glob(f"*{PROFILE_SUFFIX}"))
+            p.name.removesuffix(suffix): json.loads(p.read_text())
+            for p in sorted(self.paths.logs.glob(f"*{suffix}"))
         }
 
     def drop_retried(self) -> int:

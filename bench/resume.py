@@ -65,11 +65,12 @@ def read_saved(store: ResultStore) -> tuple[BenchConfig, dict[str, Any]]:
     try:
         config = BenchConfig.from_dict(meta["config"])
     except (TypeError, ValueError, KeyError) as exc:
-        raise _refused(f"{store.path}: its configuration does not load ({exc})") from None
+        raise _refused(f"{store.paths.store}: its configuration does not load ({exc})") from None
     problems = saved_problems(config)  # the values tier, on the saved values
     if problems:
         raise _refused(
-            f"{store.path}: its configuration is refused:\n    - " + "\n    - ".join(problems)
+            f"{store.paths.store}: its configuration is refused:\n    - "
+            + "\n    - ".join(problems)
         )
     return config, meta
 

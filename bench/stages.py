@@ -34,6 +34,7 @@ from bench.launchers.docker import DockerWrapper
 from bench.launchers.local import LocalLauncher
 from bench.machine import Environment, collect_system_info
 from bench.machine_defaults import chosen_defaults, resolve
+from bench.paths import SweepPaths
 from bench.plan import local_placement, plan_probes, plan_sweep, why_not_runnable
 from bench.report import per_gpu
 from bench.results import ResultStore
@@ -209,29 +210,26 @@ class Progress:
             self.bar.write(f"bench: {label}: {outcome}", file=sys.stderr)
 
 
-LOG_KINDS = (".log", ".nodes")  # a launch's output, and its nodes' (a multi-node launch)
-
-
-def keep_earlier(logs: Path, name: str) -> None:
+def keep_earlier(paths: SweepPaths, name: str) -> None:
     """An earlier attempt's output (a run measured again on --resume) is never overwritten: it
     moves to <name>.<k>.log (and .nodes), k the first number free."""
-    if not any((logs / f"{name}{kind}").exists() for kind in LOG_KINDS):
-        return
-    k = next(k for k in itertools.count(1) if not any(logs.glob(f"{name}.{k}.*")))
-    for kind in LOG_KINDS:
-        if (logs / f"{name}{kind}").exists():
-            (logs / f"{name}{kind}").rename(logs / f"{name}.{k}{kind}")
+    kept = [p for p in (paths.log(name), SweepPaths.nodes(paths.log(name))) if p.exists()]
+    if kept:
+        k = next(k for k in itertools.count(1) if not any(paths.logs.glob(f"{name}.{k}.*")))
+        for path in kept:
+            path.rename(paths.log(name, k).with_suffix(path.suffix))
 
 
 def launch_one(sweep: Sweep, spec: RunSpec | ProbeSpec, launcher: Launcher) -> ExecResult:
     """One probe or run on the launcher, its output in logs/<id>.log (and a --profile trace
     beside it); an earlier attempt's log is kept (keep_earlier)."""
-    logs = sweep.store.logs
+    paths = sweep.store.paths
     name = spec.probe_id if isinstance(spec, ProbeSpec) else spec.run_id
-    keep_earlier(logs, name)
+    keep_earlier(paths, name)
     if isinstance(spec, RunSpec) and spec.trace_path:
-        spec = dataclasses.replace(spec, trace_path=str((logs / spec.trace_path).resolve()))
-    return launcher.run(spec, sweep.config.timeout_s, logs / f"{name}.log")
+        trace = (paths.logs / spec.trace_path).resolve()
+        spec = dataclasses.replace(spec, trace_path=str(trace))
+    return launcher.run(spec, sweep.config.timeout_s, paths.log(name))
 
 
 def beside_nccl_tests(

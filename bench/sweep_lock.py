@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, fields
 from datetime import UTC, datetime
 from pathlib import Path
 
-LOCK_NAME = "controller.lock"
+from bench.paths import SweepPaths
 
 
 class LockHeld(Exception):
@@ -111,7 +111,7 @@ def acquire(directory: Path, notes: list[str] | None = None) -> SweepLock:
     """Take the sweep's lock for this controller; LockHeld when a live controller holds it, or
     the file names one on another host. A file left by a controller that ended without releasing
     it is taken, said in `notes`."""
-    path, me = directory / LOCK_NAME, this_controller()
+    path, me = SweepPaths(directory).lock, this_controller()
     fd = _locked(path)
     if fd is None:
         raise LockHeld(refusal(path, read_holder(path)))

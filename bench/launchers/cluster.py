@@ -68,7 +68,7 @@ from bench.launchers.sites import (
 from bench.launchers.stop import STOP, StopPolicy
 from bench.launchers.versions import check_versions, components_for
 from bench.machine import Environment, HorovodStatus, NodeInfo, environment_of, survey_records
-from bench.paths import bench_pythonpath
+from bench.paths import SweepPaths, bench_pythonpath
 from bench.shared.tf_rules import TF_CONFIG_VAR, tf_config
 from bench.spec import HostSlots, Placement, ProbeSpec, RunSpec, format_hosts
 
@@ -307,7 +307,7 @@ class ClusterLauncher:
         launch = self.placed(launch_of(spec))
         tag = new_tag()
         commands = self.commands(launch, tag)
-        node_dir = log_path.with_suffix(".nodes")
+        node_dir = SweepPaths.nodes(log_path)
         result = run_on_nodes(
             commands,
             self.site,

@@ -15,6 +15,7 @@ from bench.launchers import RUN_TAG_VAR
 from bench.launchers.argv import NodeCommand
 from bench.launchers.sites import Site, last_line, on_all, run_on_host, shell_command
 from bench.launchers.stop import STOP, StopPolicy, stop_script, stop_tree
+from bench.paths import SweepPaths
 
 
 def kill_run(
@@ -96,7 +97,7 @@ def _start(
 ) -> list[tuple[subprocess.Popen, NodeOutcome]]:
     started = []
     for index, command in enumerate(commands):
-        log_path = log_dir / f"node{index}-{command.host}.log"
+        log_path = SweepPaths.node_log(log_dir, index, command.host)
         with log_path.open("wb") as log:
             env = {RUN_TAG_VAR: tag, **command.env}
             line = shell_command(command.argv, env, workdir, remote_timeout_s, policy)

@@ -179,15 +179,14 @@ def write_report(directory: Path) -> Path:
     runs, probes = store.runs.rows(), store.probes.rows()
     store.write_views()
     points = summarise(runs, probes)
-    plot_throughput(points, directory / "throughput.png")
-    plot_efficiency(points, directory / "efficiency.png")
+    plot_throughput(points, store.paths.plots["throughput"])
+    plot_efficiency(points, store.paths.plots["efficiency"])
     fleet = verdicts(runs, threshold_of(knob_values(meta)))
     if fleet:
-        write_views(directory, "per_gpu", fleet, GpuVerdict)
-    path = directory / "report.md"
+        write_views(store.paths.views("per_gpu"), fleet, GpuVerdict)
     text = markdown(meta, runs, probes, points, fleet, store.profiles(), directory)
-    atomic_write_bytes(path, text.encode())
-    return path
+    atomic_write_bytes(store.paths.report, text.encode())
+    return store.paths.report
 
 
 # The host-and-containers section (--container host,IMAGE): which image each short name in the

@@ -179,3 +179,48 @@ def test_every_bench_module_and_function_stays_small() -> None:
                 if length > MAX_FUNCTION_LINES:
                     too_long.append(f"{name}:{node.lineno} {node.name}(): {length} lines")
     assert too_long == []
+
+
+SWEEP_FILES = (
+    "sweep.json",
+    "sweep.jsonl",
+    "controller.lock",
+    "report.md",
+    ".png",
+    ".parquet",
+    ".csv",
+    "logs",
+)
+SWEEP_FILES += (".log", ".nodes", ".trace.json", ".profile.json")
+
+
+def file_names_in_code(path: Path) -> set[str]:
+    """The string constants of a module that name a sweep's file (docstrings left out)."""
+    tree = ast.parse(path.read_text(), str(path))
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+    }
+    return {
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and id(node) not in docstrings
+        and any(node.value == f or node.value.endswith(f) for f in SWEEP_FILES)
+    }
+
+
+def test_a_sweeps_files_are_named_in_one_place() -> None:
+    # bench.paths.SweepPaths names every file of a sweep's directory; the rest ask it.
+    others = ("bench.paths", "bench.reference", "bench.shared.folder")  # URLs, image suffixes
+    named = {
+        name: found
+        for name, path in bench_modules().items()
+        if name not in others and (found := file_names_in_code(path))
+    }
+    assert file_names_in_code(BENCH / "paths.py") >= {"sweep.jsonl", "controller.lock", "logs"}
+    assert named == {}

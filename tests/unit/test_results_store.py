@@ -16,6 +16,7 @@ import pytest
 from bench_builders import run_row, with_status
 
 from bench import sweep_lock
+from bench.paths import SweepPaths
 from bench.report.__main__ import main as report_main
 from bench.results import ResultStore, StoreError
 from bench.schema import RunRow, to_json_records
@@ -173,7 +174,7 @@ def test_a_live_controller_s_lock_refuses_a_second_one(tmp_path: Path) -> None:
         sweep_lock.acquire(tmp_path)
     assert "Wait for it to end" in str(refused.value)
     first.release()
-    assert not (tmp_path / sweep_lock.LOCK_NAME).exists()
+    assert not SweepPaths(tmp_path).lock.exists()
     sweep_lock.acquire(tmp_path).release()
 
 
@@ -203,7 +204,7 @@ def test_a_controller_that_dies_holding_the_lock_leaves_it_free(tmp_path: Path) 
     finally:
         holder.kill()
         holder.wait()
-    left = sweep_lock.read_holder(tmp_path / sweep_lock.LOCK_NAME)
+    left = sweep_lock.read_holder(SweepPaths(tmp_path).lock)
     assert left is not None and left.pid == holder.pid
     notes: list[str] = []
     lock = sweep_lock.acquire(tmp_path, notes)
@@ -214,7 +215,7 @@ def test_a_controller_that_dies_holding_the_lock_leaves_it_free(tmp_path: Path) 
 
 def test_a_lock_from_another_host_is_refused_with_how_to_release_it(tmp_path: Path) -> None:
     other = sweep_lock.Holder(1, "elsewhere.example", "2026-11-24T00:00:00+00:00", "x")
-    path = tmp_path / sweep_lock.LOCK_NAME
+    path = SweepPaths(tmp_path).lock
     path.write_text(json.dumps(other.__dict__))
     with pytest.raises(sweep_lock.LockHeld, match=f"another host.*remove {path}"):
         sweep_lock.acquire(tmp_path)

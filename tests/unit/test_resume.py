@@ -20,9 +20,10 @@ from bench.launchers import SWEEP_TAG_VAR
 from bench.launchers.sites import Site, SlurmSite, SshSite
 from bench.launchers.stop import StopPolicy, stop_script
 from bench.options import parse_request
+from bench.paths import SweepPaths
 from bench.results import ResultStore
 from bench.resume import open_saved
-from bench.sweep_lock import LOCK_NAME, read_holder
+from bench.sweep_lock import read_holder
 
 
 def saved_sweep(directory: Path, sweep_id: str, cluster: ClusterConfig | None = None) -> None:
@@ -103,10 +104,10 @@ def test_resume_stops_what_an_earlier_controller_left_and_takes_the_lock(
             proc.stdout.close()
     err = capsys.readouterr().err
     assert f"stopped 1 process(es) an earlier controller left: {left.pid}" in err
-    holder = read_holder(tmp_path / "s" / LOCK_NAME)
+    holder = read_holder(SweepPaths(tmp_path / "s").lock)
     assert holder is not None and holder.pid == os.getpid()
     saved.lock.release()
-    assert not (tmp_path / "s" / LOCK_NAME).exists()
+    assert not SweepPaths(tmp_path / "s").lock.exists()
 
 
 def test_resume_runs_the_stop_script_on_every_host_of_the_sweep_first(
@@ -144,7 +145,7 @@ def test_an_unreachable_host_refuses_the_resume_naming_it(
     assert f"{SWEEP_TAG_VAR}=sweep-h2" in message  # how to find them by hand
     assert "gpu01:" not in message
     assert [c[0] for c in nodes.calls if c[0] == "this machine"] == []  # refused before
-    assert not (tmp_path / "s" / LOCK_NAME).exists()  # the lock is given back
+    assert not SweepPaths(tmp_path / "s").lock.exists()  # the lock is given back
 
 
 def test_a_single_machine_sweep_reaches_no_host(
@@ -210,4 +211,4 @@ def test_a_saved_configuration_is_admitted_as_a_request_is_before_anything_is_st
     ):
         assert problem in str(refused.value)
     assert nodes.calls == []  # no host reached, nothing stopped
-    assert read_holder(tmp_path / "edited" / LOCK_NAME) is None  # the lock is released
+    assert read_holder(SweepPaths(tmp_path / "edited").lock) is None  # the lock is released

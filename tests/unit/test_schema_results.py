@@ -120,7 +120,7 @@ def test_the_store_holds_meta_and_rows_as_valid_json_lines(tmp_path: Path) -> No
     store.create({"sweep_id": "s", "config": {"device": "cpu"}})
     store.runs.append(with_status(run_row(), "timeout"))
     store.write_meta({"sweep_id": "s", "state": "complete"})
-    text = store.path.read_text()
+    text = store.paths.store.read_text()
     assert "NaN" not in text  # not JSON; Python's json would write it for a float NaN
     meta, run, state = (json.loads(line) for line in text.splitlines())
     assert state == {"meta": {"state": "complete"}}

@@ -16,6 +16,7 @@ from bench import scaling, stages
 from bench.config import ConfigError
 from bench.launchers import ExecResult
 from bench.machine import Environment, HorovodStatus
+from bench.paths import SweepPaths
 from bench.results import ResultStore
 from bench.resume import open_saved
 from bench.shared import wire
@@ -132,7 +133,7 @@ def test_interrupt_then_resume(tmp_path: Path, machine) -> None:  # type: ignore
     assert kept.read_text() == "the first attempt\n"
     assert (directory / "logs" / "ddp-n1-fp32-nchw-r1.1.nodes").is_dir()
     (directory / "logs" / "ddp-n1-fp32-nchw-r1.log").write_text("the second\n")
-    stages.keep_earlier(directory / "logs", "ddp-n1-fp32-nchw-r1")
+    stages.keep_earlier(SweepPaths(directory), "ddp-n1-fp32-nchw-r1")
     assert (directory / "logs" / "ddp-n1-fp32-nchw-r1.2.log").read_text() == "the second\n"
 
 
