@@ -12,10 +12,6 @@ the formats MPI and Horovod use:
     node4                  # slots default to the --gpus-per-node given, else 1
 
 IPv6 addresses go in brackets when a slot count follows: `[fd00::5]:8`.
-
-What the hosts offer a sweep (`Environment`) is built by bench.machine but declared here, below
-bench.config, which checks requests against it and may not import bench.machine (that imports
-the launchers; tests/unit/test_layout.py).
 """
 
 from __future__ import annotations
