@@ -223,7 +223,7 @@ def measured(nodes: Sequence[str], runs: Mapping[str, Mapping], waited: float) -
                         "rc": None,
                         "stdout": "",
                         "stderr": f"no result: {', '.join(silent)} wrote none within "
-                        f"{waited:g} s of task 0's own rounds",
+                        f"{waited:g} s of task 0's rounds",
                     }
                 )
     return found
