@@ -106,7 +106,7 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
         default=0.5,
         help="how far below the fleet's reference pair a pair is slow (0.5)",
     )
-    return parser.parse_args(argv)  # fmt: skip
+    return parser.parse_args(argv)
 
 
 def hostnames(nodelist: str) -> list[str]:
@@ -210,10 +210,9 @@ def read_runs(out: Path, nodes: Sequence[str], step: str) -> dict[str, dict]:
 
 def measured(nodes: Sequence[str], runs: Mapping[str, Mapping], waited: float) -> list[dict]:
     """One entry per pair of the rounds ({pair, rc, stdout, stderr}, as pair_verdicts takes it):
-    what the nodes' runs say (pair_runs), and for a pair neither node reported, which wrote none."""
+    what the nodes' runs say (pair_runs), and a failure for a pair neither node reported."""
     found = acceptance.pair_runs(list(runs.values()))
     have = {tuple(item["pair"]) for item in found}
-    silent = [node for node in nodes if node not in runs]
     for round_ in acceptance.pair_rounds(nodes):
         for pair in round_:
             if tuple(pair) not in have:
@@ -222,8 +221,9 @@ def measured(nodes: Sequence[str], runs: Mapping[str, Mapping], waited: float) -
                         "pair": list(pair),
                         "rc": None,
                         "stdout": "",
-                        "stderr": f"no result: {', '.join(silent)} wrote none within "
-                        f"{waited:g} s of task 0's rounds",
+                        "stderr": f"no result: {' and '.join(pair)} wrote none within "
+                        f"{waited:g} s of task 0's rounds (is --out on a filesystem every node "
+                        "sees?)",
                     }
                 )
     return found

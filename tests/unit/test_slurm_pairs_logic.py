@@ -114,8 +114,11 @@ def test_a_pair_neither_of_whose_nodes_wrote_a_file_of_this_step_is_failed(tmp_p
     assert by_pair[("n1", "n2")]["busbw_gbs"] == by_pair[("n1", "n3")]["busbw_gbs"] == 5.0
     failed = by_pair[("n2", "n3")]
     assert failed["slow"] and failed["busbw_gbs"] is None
-    assert failed["error"] == "rc None: no result: n2, n3 wrote none within 1 s of task 0's rounds"
+    said = (
+        "rc None: no result: n2 and n3 wrote none within 1 s of task 0's rounds (is --out on a "
+        "filesystem every node sees?)"
+    )
+    assert failed["error"] == said
     assert judged["reasons"]["n2"] == [
-        "node-to-node all-reduce n2 <-> n3 slow (rc None: no result: n2, n3 wrote none within 1 s "
-        "of task 0's rounds): the path between them"
+        f"node-to-node all-reduce n2 <-> n3 slow ({said}): the path between them"
     ]
