@@ -15,14 +15,16 @@
 #
 # Settings (environment): GSB_SLURM_STATE (default /tmp/gpurig-slurm), GSB_SLURM_PORT (first
 # of two ports, default 6917), GSB_SLURM_MUNGE_DIR (munge socket, default
-# /run/gpurig-slurm-<port>), GSB_NETNS_STATE (as for netns.sh), GSB_SLURM_WAIT_S (how long to
-# wait for nodes to become idle, default 60), GSB_SLURM_CONF_EXTRA (lines added to slurm.conf, e.g.
-# HealthCheckProgram=... for the health check's test).
+# /run/gpurig-slurm-<port>), GSB_NETNS_STATE and GSB_NETNS_PREFIX (as for netns.sh: whose hosts
+# and bridge), GSB_SLURM_WAIT_S (how long to wait for nodes to become idle, default 60),
+# GSB_SLURM_CONF_EXTRA (lines added to slurm.conf, e.g. HealthCheckProgram=... for the health
+# check's test).
 set -euo pipefail
 
 STATE="${GSB_SLURM_STATE:-/tmp/gpurig-slurm}"
 PORT="${GSB_SLURM_PORT:-6917}"
 NETNS_STATE="${GSB_NETNS_STATE:-/tmp/gpurig-netns}"
+BRIDGE="${GSB_NETNS_PREFIX:-gsb}br0"
 WAIT_S="${GSB_SLURM_WAIT_S:-60}"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 CONF="$STATE/slurm.conf"
@@ -81,8 +83,9 @@ write_conf() {
   hw="$(hardware)"
   if [[ "$mode" == netns ]]; then
     [[ -s "$NETNS_STATE/nodes.json" ]] || die "no netns hosts ($NETNS_STATE/nodes.json); run tests/infra/netns.sh up"
-    ctld_addr="$(ip -4 -o addr show | awk '$2 ~ /br0$/ {split($4, a, "/"); print a[1]; exit}')"
-    [[ -n "$ctld_addr" ]] || die "no bridge address for slurmctld (is tests/infra/netns.sh up?)"
+    # The bridge of these hosts (netns.sh's name for it), not another prefix's hosts' bridge
+    ctld_addr="$(ip -4 -o addr show dev "$BRIDGE" 2>/dev/null | awk '{split($4, a, "/"); print a[1]; exit}')"
+    [[ -n "$ctld_addr" ]] || die "no address on bridge $BRIDGE for slurmctld (is tests/infra/netns.sh up?)"
     while read -r name addr; do
       nodes+=("NodeName=$name NodeAddr=$addr $hw RealMemory=1024 State=UNKNOWN")
       names+=("$name")

@@ -73,6 +73,12 @@ HOW: dict[str, str] = {
     f"{PLAYBOOK} playbooks/verify.yml -e gpurig_container_runtime=true --tags container": (
         "molecule/container_runtime (test_container_runtime.py runs verify.yml's container check)"
     ),
+    "srun --nodes=4 --ntasks-per-node=1 --gpus-per-node=8 --exclusive "
+    "/opt/miniforge3/envs/train/bin/python playbooks/files/slurm_pairs.py "
+    "--out /shared/acceptance/pairs": (
+        "tests/integration/test_slurm_pairs.py, on three namespace hosts under a test Slurm with "
+        "this checkout's Python and one Gloo rank per node: there are no GPUs here"
+    ),
 }
 # docs/BENCHMARKING.md: the sweep's own commands. `--help` runs; the others are sized for GPUs
 # (8 per node, a full ImageNet epoch, other hosts, Slurm, NGC's image), so their options are parsed
