@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bench.config import BenchConfig, ConfigError
+from bench.config import BenchConfig, refuse
 from bench.hosts import host_names
 from bench.launcher_kinds import LauncherKind, launcher_kind
 from bench.launchers.docker import CheckedImage, DockerWrapper, container_name
@@ -295,9 +295,7 @@ def check_images(config: BenchConfig, env: Environment) -> DockerWrapper:
     references = [c for c in config.axes.get("container", ()) if c != NO_CONTAINER]
     if not references:
         return wrapper_for({}, config)
-    errors = _refusals(config, references)
-    if errors:
-        raise ConfigError("\n".join(f"  - {e}" for e in errors))
+    refuse(_refusals(config, references))
     # this machine, or every --hosts node (each over ssh, with its own bench checkout)
     if config.cluster is None:
         machines = [Machine("this machine", node_docker(LOCAL_HOST, LocalSite()), str(REPO_ROOT))]
@@ -308,13 +306,10 @@ def check_images(config: BenchConfig, env: Environment) -> DockerWrapper:
             for h in host_names(config.cluster.placement)
         ]
     answers = [docker_info(m) for m in machines]
-    errors = [why for _, why in answers if why]
-    if errors:
-        raise ConfigError("\n".join(f"  - {e}" for e in errors))
-    infos = [info for info, _ in answers]
+    refuse([why for _, why in answers if why])
+    infos, errors = [info for info, _ in answers], []
     checked = {r: check_image(r, config, env, machines, infos, errors) for r in references}
-    if errors:
-        raise ConfigError("\n".join(f"  - {e}" for e in errors))
+    refuse(errors)
     return wrapper_for({r: i for r, i in checked.items() if i is not None}, config)
 
 
