@@ -256,15 +256,18 @@ def test_two_process_allreduce(host):
 NCCL_TESTS = "/opt/nccl-tests/2.19.6"
 
 
+def build_record(host, path, tool):
+    """The build record, naming the sha256 served beside our stand-in source (TEST FIXTURE)."""
+    url = f"{os.environ['STANDIN_URL']}/installers/{tool}-standin.tar.gz.sha256"
+    served = urllib.request.urlopen(url, timeout=10)
+    record = json.loads(host.file(path).content_string)
+    assert (record["sha256"], record["cuda_release"]) == (served.read().decode().split()[0], "13.0")
+    return record
+
+
 def test_nccl_tests_built_from_the_checksummed_tarball(host):
-    record = json.loads(host.file(f"{NCCL_TESTS}/gpurig-nccl-tests.json").content_string)
+    record = build_record(host, f"{NCCL_TESTS}/gpurig-nccl-tests.json", "nccl-tests")
     assert record["version"] == "2.19.6"
-    # The served tarball is our stand-in source (TEST FIXTURE); the record names its checksum.
-    served = urllib.request.urlopen(
-        os.environ["STANDIN_URL"] + "/installers/nccl-tests-standin.tar.gz.sha256", timeout=10
-    )
-    assert record["sha256"] == served.read().decode().split()[0]
-    assert record["cuda_release"] == "13.0"
     assert record["nvcc_gencode"] == "-gencode=arch=compute_90,code=sm_90"
     for name in ("all_reduce_perf", "all_gather_perf", "broadcast_perf", "sendrecv_perf"):
         binary = f"{NCCL_TESTS}/bin/{name}"
@@ -291,14 +294,8 @@ NVBANDWIDTH = "/opt/nvbandwidth/0.8"
 
 
 def test_nvbandwidth_built_from_the_checksummed_tarball(host):
-    record = json.loads(host.file(f"{NVBANDWIDTH}/gpurig-nvbandwidth.json").content_string)
-    assert record["version"] == "0.8"
-    # The served tarball is our stand-in source (TEST FIXTURE); the record names its checksum.
-    served = urllib.request.urlopen(
-        os.environ["STANDIN_URL"] + "/installers/nvbandwidth-standin.tar.gz.sha256", timeout=10
-    )
-    assert record["sha256"] == served.read().decode().split()[0]
-    assert record["cuda_release"] == "13.0" and record["cuda_architectures"] == ["90"]
+    record = build_record(host, f"{NVBANDWIDTH}/gpurig-nvbandwidth.json", "nvbandwidth")
+    assert record["version"] == "0.8" and record["cuda_architectures"] == ["90"]
     binary = f"{NVBANDWIDTH}/bin/nvbandwidth"
     assert host.file(binary).mode == 0o755
     # Compiled by nvcc for sm_90 through CMake, and linked with Boost's program_options.
