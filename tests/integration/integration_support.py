@@ -7,11 +7,13 @@ where GPURIG_REQUIRE_ALL_TESTS=1 (CI), so the suite cannot go green by skipping.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 import sys
 import sysconfig
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -128,3 +130,41 @@ def netns_fleet(
             }
         }
     }
+
+
+@contextlib.contextmanager
+def slurm_on_netns(
+    base: Path, prefix: str, subnet: str, ssh_port: int, slurm_port: int, hosts: int
+) -> Iterator[dict[str, str]]:
+    """A test Slurm whose nodes are `hosts` namespace hosts (tests/infra/netns.sh, then slurm.sh:
+    munge, slurmctld on their bridge, one slurmd in each), with their own prefix, subnet, ports
+    and state under `base`, torn down afterwards. Yields the environment that reaches it:
+    SLURM_CONF, and this Python first on PATH (sbatch and srun pass PATH on to the tasks)."""
+    require_netns_hosts("network namespaces, sshd, slurmd and munged")
+    env = {
+        **os.environ,
+        "GSB_NETNS_PREFIX": prefix,
+        "GSB_NETNS_SUBNET": subnet,
+        "GSB_NETNS_SSH_PORT": str(ssh_port),
+        "GSB_NETNS_STATE": str(base / "netns"),
+        "GSB_SLURM_STATE": str(base / "slurm"),
+        "GSB_SLURM_PORT": str(slurm_port),
+    }
+
+    def infra(script: str, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(INFRA / script), *args], env=env, capture_output=True, text=True, timeout=300
+        )
+
+    infra("slurm.sh", "down")
+    infra("netns.sh", "down")
+    try:
+        up = infra("netns.sh", "up", str(hosts))
+        assert up.returncode == 0, up.stderr
+        up = infra("slurm.sh", "up", "netns")
+        assert up.returncode == 0, up.stderr
+        path = f"{Path(sys.executable).parent}:{env['PATH']}"
+        yield {**env, "PATH": path, "SLURM_CONF": str(base / "slurm" / "slurm.conf")}
+    finally:
+        infra("slurm.sh", "down")
+        infra("netns.sh", "down")

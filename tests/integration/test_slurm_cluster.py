@@ -11,7 +11,6 @@ killed with kill -9 leaves its steps running and --resume stops them.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -20,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from integration_support import INFRA, REPO, TINY, require_netns_hosts
+from integration_support import REPO, TINY, slurm_on_netns
 
 from bench.results import ResultStore
 
@@ -33,36 +32,9 @@ pytestmark = pytest.mark.slurm
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory):
     """Two-node Slurm; yields (environment with SLURM_CONF, netns state directory)."""
-    require_netns_hosts("network namespaces, sshd, slurmd and munged")
     base = tmp_path_factory.mktemp("slurm")
-    env = {
-        **os.environ,
-        "GSB_NETNS_PREFIX": "gss",
-        "GSB_NETNS_SUBNET": SUBNET,
-        "GSB_NETNS_SSH_PORT": str(PORT),
-        "GSB_NETNS_STATE": str(base / "netns"),
-        "GSB_SLURM_STATE": str(base / "slurm"),
-        "GSB_SLURM_PORT": "6927",
-    }
-
-    def infra(script: str, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [str(INFRA / script), *args], env=env, capture_output=True, text=True, timeout=300
-        )
-
-    infra("slurm.sh", "down")
-    infra("netns.sh", "down")
-    try:
-        up = infra("netns.sh", "up", "2")
-        assert up.returncode == 0, up.stderr
-        up = infra("slurm.sh", "up", "netns")
-        assert up.returncode == 0, up.stderr
-        # `python` on PATH is this environment's, for the batch script (sbatch passes PATH on)
-        path = f"{Path(sys.executable).parent}:{env['PATH']}"
-        yield {**env, "PATH": path, "SLURM_CONF": str(base / "slurm" / "slurm.conf")}, base
-    finally:
-        infra("slurm.sh", "down")
-        infra("netns.sh", "down")
+    with slurm_on_netns(base, "gss", SUBNET, PORT, 6927, hosts=2) as env:
+        yield env, base
 
 
 def slurm(env: dict[str, str], *argv: str, timeout: float = 60) -> str:

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-from integration_support import INFRA, REPO, require_netns_hosts
+from integration_support import REPO, slurm_on_netns
 
 pytestmark = pytest.mark.slurm
 SCRIPT = REPO / "playbooks" / "files" / "slurm_pairs.py"
@@ -30,35 +29,9 @@ PAIRS = {"gsp1 <-> gsp2", "gsp2 <-> gsp3", "gsp1 <-> gsp3"}
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory):
     """Three-node Slurm; yields the environment srun needs (SLURM_CONF, this Python on PATH)."""
-    require_netns_hosts("network namespaces, sshd, slurmd and munged")
     base = tmp_path_factory.mktemp("slurm")
-    env = {
-        **os.environ,
-        "GSB_NETNS_PREFIX": PREFIX,
-        "GSB_NETNS_SUBNET": SUBNET,
-        "GSB_NETNS_SSH_PORT": str(SSH_PORT),
-        "GSB_NETNS_STATE": str(base / "netns"),
-        "GSB_SLURM_STATE": str(base / "slurm"),
-        "GSB_SLURM_PORT": str(SLURM_PORT),
-    }
-
-    def infra(script: str, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [str(INFRA / script), *args], env=env, capture_output=True, text=True, timeout=300
-        )
-
-    infra("slurm.sh", "down")
-    infra("netns.sh", "down")
-    try:
-        up = infra("netns.sh", "up", "3")
-        assert up.returncode == 0, up.stderr
-        up = infra("slurm.sh", "up", "netns")
-        assert up.returncode == 0, up.stderr
-        path = f"{Path(sys.executable).parent}:{env['PATH']}"
-        yield {**env, "PATH": path, "SLURM_CONF": str(base / "slurm" / "slurm.conf")}
-    finally:
-        infra("slurm.sh", "down")
-        infra("netns.sh", "down")
+    with slurm_on_netns(base, PREFIX, SUBNET, SSH_PORT, SLURM_PORT, hosts=3) as env:
+        yield env
 
 
 @contextlib.contextmanager
