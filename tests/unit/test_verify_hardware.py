@@ -341,3 +341,33 @@ def test_a_missing_nvbandwidth_is_refused_before_anything_runs(tmp_path):
     done = host_run(tmp_path / "nowhere")
     assert done.returncode == 2 and done.stdout == ""
     assert "--nvbandwidth" in done.stderr and "is not an executable file" in done.stderr
+
+
+def script_tasks(node, inherited: bool = False):
+    """Every ansible.builtin.script task under a YAML node, and whether it runs without a tty
+    (ansible_ssh_use_tty false in its own vars, or in its play's: `inherited`)."""
+    if isinstance(node, list):
+        for item in node:
+            yield from script_tasks(item, inherited)
+    elif isinstance(node, dict):
+        no_tty = inherited or (node.get("vars") or {}).get("ansible_ssh_use_tty") is False
+        if "ansible.builtin.script" in node:
+            yield node.get("name"), no_tty
+        for key in ("tasks", "pre_tasks", "post_tasks", "block", "rescue", "always"):
+            yield from script_tasks(node.get(key), no_tty)
+
+
+def test_every_script_whose_json_is_read_runs_without_a_tty() -> None:
+    # Over ssh Ansible gives a script a pseudo-terminal by default, which merges its stderr (every
+    # script's progress) into the stdout its JSON is read from; tried on a namespace host over ssh.
+    import yaml
+
+    root = Path(__file__).resolve().parents[2]
+    verify = yaml.safe_load((root / "playbooks" / "verify.yml").read_text())
+    found = dict(script_tasks(verify))
+    health = yaml.safe_load((root / "playbooks" / "tasks" / "verify_health.yml").read_text())
+    found |= dict(script_tasks(health, inherited=verify[0]["vars"]["ansible_ssh_use_tty"] is False))
+    for path in (root / "roles").glob("*/tasks/*.yml"):
+        found |= {f"{path}: {n}": ok for n, ok in script_tasks(yaml.safe_load(path.read_text()))}
+    assert len(found) >= 10
+    assert [name for name, no_tty in found.items() if not no_tty] == []
