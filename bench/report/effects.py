@@ -79,13 +79,13 @@ def effects_section(points: Sequence[ScalingPoint], runs: Sequence[RunRow]) -> l
     for knob, title in EFFECT_KNOBS.items():
         rows = effect_table(knob, points, runs)
         if rows:
-            lines += [f"### {title.capitalize()}", "", *rows, ""]
-    if lines:
-        lines.insert(
-            0,
-            "Each configuration beside itself with the knob at its default. Peak memory is the "
-            "largest rank's (GPU: allocated by torch; CPU: the process's peak RSS). Allreduce MB "
-            "per image = gradient bytes (halved by --fp16-allreduce) / images trained per "
-            "allreduce.\n",
-        )
-    return lines
+            lines += ["", f"### {title.capitalize()}", "", *rows]
+    if not lines:
+        return []
+    return [
+        "Each configuration beside itself with the knob at its default. Peak memory is the "
+        "largest rank's (GPU: allocated by torch; CPU: the process's peak RSS). Allreduce MB "
+        "per image = gradient bytes (halved by --fp16-allreduce) / images trained per "
+        "allreduce.",
+        *lines,
+    ]
