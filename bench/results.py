@@ -29,18 +29,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
-
 from bench.paths import SweepPaths
 from bench.schema import (
     ProbeRow,
     Row,
     RunRow,
     Status,
+    arrow_schema,
     from_records,
     to_frame,
     to_json_records,
-    to_table,
 )
 
 __all__ = [
@@ -84,9 +82,10 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 def write_views(views: tuple[Path, Path], rows: list[Row], cls: type[Row]) -> None:
     """The Parquet and CSV views of `rows` (SweepPaths.views), each replaced atomically."""
     parquet, csv = views
+    frame = to_frame(rows, cls)
     with _replacing(parquet) as tmp:
-        pq.write_table(to_table(rows, cls), tmp)
-    atomic_write_bytes(csv, to_frame(rows, cls).to_csv(index=False).encode())
+        frame.to_parquet(tmp, schema=arrow_schema(cls), index=False)
+    atomic_write_bytes(csv, frame.to_csv(index=False).encode())
 
 
 def _line(kind: str, record: dict[str, Any]) -> bytes:
@@ -209,11 +208,7 @@ class ResultStore:
                     continue
                 if kind not in tables:
                     raise ValueError(f"unknown kind {kind!r}")
-                skipped: list[str] = []
-                for row in from_records([value], tables[kind].cls, skipped):
-                    tables[kind].hold(row)
-                if skipped:
-                    raise ValueError(skipped[0].removeprefix("row 1 left out: "))
+                tables[kind].hold(from_records([value], tables[kind].cls)[0])
             except ValueError as error:  # JSONDecodeError and UnicodeDecodeError included
                 problems.append(
                     f"{self.paths.store.name} line {number} left out: {str(error)[:200]}"

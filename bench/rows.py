@@ -73,14 +73,12 @@ def describe_interconnect(
     if len(rank_hosts) < 2:
         return "none (1 rank)"
     multi_host = len(set(rank_hosts)) > 1
-    if backend == "ring":  # TensorFlow's gRPC ring between the workers of a CPU run
+    if backend == "gloo" and not multi_host:
+        return "loopback (gloo)"
+    if backend in ("gloo", "ring"):  # ring: TensorFlow's gRPC ring between a CPU run's workers
         iface = environ.get("GLOO_SOCKET_IFNAME")
-        return "tcp (grpc ring" + (f", {iface})" if iface else ")")
-    if backend == "gloo":
-        if not multi_host:
-            return "loopback (gloo)"
-        iface = environ.get("GLOO_SOCKET_IFNAME")
-        return "tcp (gloo" + (f", {iface})" if iface else ")")
+        name = "gloo" if backend == "gloo" else "grpc ring"
+        return f"tcp ({name}, {iface})" if iface else f"tcp ({name})"
     transports = parse_nccl_transports(output)
     if not transports:
         return "nccl (transport not logged: NCCL_DEBUG is not INFO)"
@@ -223,12 +221,8 @@ def run_row(
     report = reported(spec.run_id, result.output)
     if result.returncode == 0 and not result.timed_out and report is not None:
         names = sorted({r.device_name for r in report.ranks})
-        return RunRow(
-            **{**_identity(spec), **({"hosts": result.hosts} if result.hosts else {})},
-            status=Status.OK.value,
-            error="",
-            started_at=started_at,
-            launch_wall_s=result.wall_s,
+        return dataclasses.replace(
+            not_measured_row(spec, Status.OK, "", started_at, result.wall_s, result.hosts),
             device_name="+".join(names),
             backend=report.backend,
             interconnect=run_interconnect(spec, report, result),

@@ -225,17 +225,9 @@ def from_records(
     return rows
 
 
-def to_table(rows: list[Row], cls: type[Row]) -> pa.Table:
-    return pa.Table.from_pandas(to_frame(rows, cls), schema=arrow_schema(cls), preserve_index=False)
-
-
 def to_json_records(rows: list[Row]) -> list[dict[str, Any]]:
     """JSON-safe dicts: NaN is not JSON, so missing measurements become null."""
-    out = []
-    for row in rows:
-        record = dataclasses.asdict(row)
-        for key, value in record.items():
-            if isinstance(value, float) and math.isnan(value):
-                record[key] = None
-        out.append(record)
-    return out
+    return [
+        {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in record.items()}
+        for record in map(dataclasses.asdict, rows)
+    ]

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from bench import stats
 from bench.report.comparison import flop_bounds
 from bench.report.epochs import claim_fit, fit_text, measured_fits
-from bench.report.summary import ScalingPoint, counted, rows_of
+from bench.report.summary import ScalingPoint, counted
 from bench.report.tables import num, pct
 from bench.schema import RunRow
 from bench.shared.telemetry import SLOWDOWN_REASONS
@@ -60,7 +60,7 @@ def loader_section(points: Sequence[ScalingPoint], runs: Sequence[RunRow]) -> li
     """Real data: one line per configuration, the loader's own rate beside the model's."""
     lines = []
     for p in points:
-        sentence = loader_sentence(p, rows_of(p, runs))
+        sentence = loader_sentence(p, p.rows)
         if sentence:
             lines.append(f"- {label(p)}: {sentence}.")
     return lines
@@ -157,7 +157,7 @@ def observations(points: Sequence[ScalingPoint], runs: Sequence[RunRow]) -> list
     for p in points:
         if p.gpus == 1 or math.isnan(p.efficiency):
             continue
-        causes, imbalance = _measured_causes(p, rows_of(p, runs))
+        causes, imbalance = _measured_causes(p, p.rows)
         notes += _resources(p, bases.get((p.launcher, p.variant)))
         notes += _communication(p, imbalance)
         notes += causes

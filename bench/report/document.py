@@ -118,6 +118,15 @@ def _intro(meta: dict[str, Any], cpu: bool) -> list[str]:
     return lines
 
 
+def section(title: str, body: Sequence[str]) -> list[str]:
+    """A `## title` section of report.md; none for an empty body."""
+    return [f"## {title}", "", *body, ""] if body else []
+
+
+def bullets(items: Sequence[str], none: str) -> list[str]:
+    return [f"- {item}" for item in items] or [none]
+
+
 def markdown(
     meta: dict[str, Any],
     runs: Sequence[RunRow],
@@ -132,44 +141,30 @@ def markdown(
     cpu = config.get("device") == "cpu"
     dataset_size, claim = config.get("dataset_size", 0), config.get("claim", ())
     lines = _intro(meta, cpu)
-    lines += ["## Throughput and scaling", "", *scaling_table(points), "", definitions(points), ""]
+    lines += section("Throughput and scaling", [*scaling_table(points), "", definitions(points)])
     if fleet:
-        section = per_gpu_section(fleet, threshold_of(config))
-        lines += ["## Per-GPU throughput check (slowest first)", "", *section, ""]
+        fleet_lines = per_gpu_section(fleet, threshold_of(config))
+        lines += section("Per-GPU throughput check (slowest first)", fleet_lines)
     lines += ["![throughput](throughput.png)", "", "![efficiency](efficiency.png)", ""]
-    flags = sanity_flags(points, runs, dataset_size, claim)
-    lines += ["## Sanity checks", "", THRESHOLDS_TEXT, ""]
-    lines += [f"- {f}" for f in flags] if flags else ["None raised."]
-    notes = observations(points, runs)
-    lines += ["", "## Why not linear?", ""]
-    lines += [f"- {n}" for n in notes] if notes else ["Nothing stands out."]
-    lines += [""]
-    loaders = loader_section(points, runs)
-    if loaders:
-        lines += ["## Input pipeline (real data)", "", *loaders, ""]
-    effects = effects_section(points, runs)
-    if effects:
-        lines += ["## Training-side knobs", "", *effects]
-    comparison = launcher_comparison(points)
-    if comparison:
-        lines += ["## Launchers side by side", "", *comparison, ""]
-    containers = container_section(points, meta)
-    if containers:
-        lines += ["## Host and containers", "", *containers, ""]
-    lines += ["## Allreduce probe", ""]
-    lines += probe_table(probes) if probes else ["No probe (single rank, or --no-probe)."]
-    lines += ["", "busbw = algbw x 2(n-1)/n (nccl-tests' definition).", ""]
-    lines += ["## Comparison with published figures and the FLOP bound", ""]
-    lines += [*reference_section(runs, points), ""]
+    flags = bullets(sanity_flags(points, runs, dataset_size, claim), "None raised.")
+    lines += section("Sanity checks", [THRESHOLDS_TEXT, "", *flags])
+    lines += section("Why not linear?", bullets(observations(points, runs), "Nothing stands out."))
+    lines += section("Input pipeline (real data)", loader_section(points, runs))
+    lines += section("Training-side knobs", effects_section(points, runs))
+    lines += section("Launchers side by side", launcher_comparison(points))
+    lines += section("Host and containers", container_section(points, meta))
+    probe = probe_table(probes) if probes else ["No probe (single rank, or --no-probe)."]
+    busbw = "busbw = algbw x 2(n-1)/n (nccl-tests' definition)."
+    lines += section("Allreduce probe", [*probe, "", busbw])
+    comparison = reference_section(runs, points)
+    lines += section("Comparison with published figures and the FLOP bound", comparison)
     data = runs[0].data if runs else SYNTHETIC  # one --data per sweep
-    epochs = epoch_section(points, dataset_size, claim, data)
-    lines += ["## Epoch-time projection", "", *epochs, ""]
-    lines += ["## GPU telemetry (timed window)", "", *telemetry_section(runs), ""]
-    lines += ["## Failures", "", *failures_section(runs, probes), ""]
-    lines += ["## System", "", *system_section(meta), ""]
+    lines += section("Epoch-time projection", epoch_section(points, dataset_size, claim, data))
+    lines += section("GPU telemetry (timed window)", telemetry_section(runs))
+    lines += section("Failures", failures_section(runs, probes))
+    lines += section("System", system_section(meta))
     appendix = profile_section(profiles or {}, directory)
-    if appendix:
-        lines += ["## Appendix: where a step's time goes (--profile)", "", *appendix]
+    lines += section("Appendix: where a step's time goes (--profile)", appendix)
     return "\n".join(lines)
 
 
@@ -300,17 +295,16 @@ def profile_section(profiles: Mapping[str, Mapping[str, Any]], directory: Path) 
         "steps run after each configuration's timed window, so the profiler never slowed a "
         "measured figure. On GPUs, NVTX ranges mark the compile step, warm-up, the timed "
         "window and every step for Nsight Systems.",
-        "",
     ]
     for run_id, summary in sorted(profiles.items()):
         lines += [
+            "",
             f"### {run_id}",
             "",
             f"- trace: {trace_link(summary, directory)}; {summary.get('steps')} steps in "
             f"{num(summary.get('wall_s', float('nan')), 2)} s",
             f"- communication: {communication_text(summary)}",
             "",
+            *column_table(OP_COLUMNS, summary.get("top", [])),
         ]
-        lines += column_table(OP_COLUMNS, summary.get("top", []))
-        lines.append("")
     return lines

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from bench import stats
-from bench.report.summary import ScalingPoint, rows_of
+from bench.report.summary import ScalingPoint
 from bench.report.tables import Column, column_table, num, pct
 from bench.schema import RunRow
 from bench.spec import Variant, knobs
@@ -46,7 +46,7 @@ def effect_table(knob: str, points: Sequence[ScalingPoint], runs: Sequence[RunRo
     default = next(f.default for f in dataclasses.fields(Variant) if f.name == knob)
     entries: list[Effect] = []
     for p in points:
-        good = rows_of(p, runs)
+        good = p.rows
         if not good:
             continue
         # the Variant the rows ran, from their knob columns
@@ -79,13 +79,13 @@ def effects_section(points: Sequence[ScalingPoint], runs: Sequence[RunRow]) -> l
     for knob, title in EFFECT_KNOBS.items():
         rows = effect_table(knob, points, runs)
         if rows:
-            lines += [f"### {title.capitalize()}", "", *rows, ""]
-    if lines:
-        lines.insert(
-            0,
-            "Each configuration beside itself with the knob at its default. Peak memory is the "
-            "largest rank's (GPU: allocated by torch; CPU: the process's peak RSS). Allreduce MB "
-            "per image = gradient bytes (halved by --fp16-allreduce) / images trained per "
-            "allreduce.\n",
-        )
-    return lines
+            lines += ["", f"### {title.capitalize()}", "", *rows]
+    if not lines:
+        return []
+    return [
+        "Each configuration beside itself with the knob at its default. Peak memory is the "
+        "largest rank's (GPU: allocated by torch; CPU: the process's peak RSS). Allreduce MB "
+        "per image = gradient bytes (halved by --fp16-allreduce) / images trained per "
+        "allreduce.",
+        *lines,
+    ]

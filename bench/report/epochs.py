@@ -3,11 +3,10 @@ the check of a claimed epoch time against it."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 from bench import stats
-from bench.report.summary import ScalingPoint
+from bench.report.summary import ScalingPoint, series
 from bench.report.tables import num, signed_terms, table
 from bench.spec import SYNTHETIC
 
@@ -24,17 +23,14 @@ def measured_fits(
     points: Sequence[ScalingPoint], dataset_size: int
 ) -> dict[tuple[str, str], stats.EpochModel]:
     """The epoch-time fit of every series measured at two or more GPU counts."""
-    fits = {}
-    for key in sorted({(p.launcher, p.variant) for p in points}):
-        series = [
-            p for p in points if (p.launcher, p.variant) == key and not math.isnan(p.throughput)
-        ]
-        if len({p.gpus for p in series}) >= 2:
-            fits[key] = stats.fit_epoch_model(
-                [p.gpus for p in series],
-                [stats.epoch_seconds(dataset_size, p.throughput) for p in series],
-            )
-    return fits
+    return {
+        key: stats.fit_epoch_model(
+            [p.gpus for p in measured],
+            [stats.epoch_seconds(dataset_size, p.throughput) for p in measured],
+        )
+        for key, measured in series(points, "throughput").items()
+        if len({p.gpus for p in measured}) >= 2
+    }
 
 
 def claim_fit(claim: Sequence[Sequence[float]]) -> stats.EpochModel | None:
@@ -79,11 +75,10 @@ def epoch_section(
     ]
     fits = measured_fits(points, dataset_size)
     rows = []
-    for key in sorted({(p.launcher, p.variant) for p in points}):
-        for p in points:
-            if (p.launcher, p.variant) == key and not math.isnan(p.throughput):
-                seconds = stats.epoch_seconds(dataset_size, p.throughput)
-                rows.append([*key, str(p.gpus), num(seconds, 0), ""])
+    for key, measured in series(points, "throughput").items():
+        for p in measured:
+            seconds = stats.epoch_seconds(dataset_size, p.throughput)
+            rows.append([*key, str(p.gpus), num(seconds, 0), ""])
         if key in fits:
             rows.append([*key, "fit", "", fit_text(fits[key])])
     lines += table(["launcher", "variant", "GPUs", "s/epoch", "model"], rows)

@@ -19,7 +19,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from bench import stats
-from bench.report.summary import ScalingPoint
+from bench.report.summary import ScalingPoint, series
 
 EFFICIENCY_TOP = (1.2, 2.0)  # the efficiency axis ends between these, whatever the bars say
 CAPTION = "points: mean of launches; bars: 95 % interval; arrow: bar cut at the axis"
@@ -68,14 +68,6 @@ def _ideal(p: ScalingPoint, points: Sequence[ScalingPoint]) -> float:
         (b for b in points if (b.launcher, b.variant, b.gpus) == (p.launcher, p.variant, 1)), None
     )
     return math.nan if base is None else base.throughput * p.ideal_speedup
-
-
-def _series(points: Sequence[ScalingPoint], attr: str) -> dict[tuple[str, str], list[ScalingPoint]]:
-    out: dict[tuple[str, str], list[ScalingPoint]] = {}
-    for p in points:
-        if not math.isnan(getattr(p, attr)):
-            out.setdefault((p.launcher, p.variant), []).append(p)
-    return dict(sorted(out.items()))
 
 
 def _draw(
@@ -141,10 +133,10 @@ def plot_throughput(points: Sequence[ScalingPoint], path: Path) -> tuple[float, 
     limits = throughput_axis(points)
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     cpu = any(p.cpu for p in points)
-    for i, (key, series) in enumerate(_series(points, "throughput").items()):
+    for i, (key, measured) in enumerate(series(points, "throughput").items()):
         colour = colours[i % len(colours)]
-        _draw(ax, series, "throughput", "throughput_ci", limits, colour, f"{key[0]} {key[1]}", i)
-        ideal = [(p.gpus, _ideal(p, points)) for p in series if not math.isnan(_ideal(p, points))]
+        _draw(ax, measured, "throughput", "throughput_ci", limits, colour, f"{key[0]} {key[1]}", i)
+        ideal = [(p.gpus, _ideal(p, points)) for p in measured if not math.isnan(_ideal(p, points))]
         if len(ideal) > 1:
             what = "1-rank img/s x cores used / cores at 1 rank" if cpu else "N x 1-GPU img/s"
             ax.plot(
@@ -165,10 +157,10 @@ def plot_efficiency(points: Sequence[ScalingPoint], path: Path) -> tuple[float, 
     limits = efficiency_axis(points)
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     ax.axhline(1.0, color="grey", linestyle="--", linewidth=1, label="ideal (100 %)")
-    for i, (key, series) in enumerate(_series(points, "efficiency").items()):
+    for i, (key, measured) in enumerate(series(points, "efficiency").items()):
         colour = colours[i % len(colours)]
-        _draw(ax, series, "efficiency", "efficiency_ci", limits, colour, f"{key[0]} {key[1]}", i)
-        capped = [p for p in series if not math.isnan(p.comm_ceiling)]
+        _draw(ax, measured, "efficiency", "efficiency_ci", limits, colour, f"{key[0]} {key[1]}", i)
+        capped = [p for p in measured if not math.isnan(p.comm_ceiling)]
         if len(capped) > 1:
             ceiling = [min(p.comm_ceiling, limits[1]) for p in capped]
             ax.plot(

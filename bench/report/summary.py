@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from bench import stats
 from bench.launcher_kinds import launcher_kind
@@ -44,6 +44,7 @@ class ScalingPoint:
     cv: float = math.nan  # coefficient of variation of img/s over launches
     allreduce_s: float = math.nan  # probe-derived time to allreduce one step's gradients
     compute_s: float = math.nan  # estimated compute per step at this point
+    rows: tuple[RunRow, ...] = field(default=(), repr=False, compare=False)  # launches that ran
 
     @property
     def cpu(self) -> bool:
@@ -176,7 +177,17 @@ def _point(
         cv=stats.coefficient_of_variation(tputs),
         allreduce_s=ceiling.allreduce_s,
         compute_s=ceiling.compute_s,
+        rows=tuple(good),
     )
+
+
+def series(points: Sequence[ScalingPoint], attr: str) -> dict[tuple[str, str], list[ScalingPoint]]:
+    """Each (launcher, variant)'s points where `attr` was measured, the keys in order."""
+    out: dict[tuple[str, str], list[ScalingPoint]] = {}
+    for p in points:
+        if not math.isnan(getattr(p, attr)):
+            out.setdefault((p.launcher, p.variant), []).append(p)
+    return dict(sorted(out.items()))
 
 
 def summarise(runs: Sequence[RunRow], probes: Sequence[ProbeRow]) -> list[ScalingPoint]:
@@ -190,13 +201,3 @@ def summarise(runs: Sequence[RunRow], probes: Sequence[ProbeRow]) -> list[Scalin
             at_n = [r for r in rows if (r.gpus, r.nodes) == (gpus, nodes)]
             points.append(_point(at_n, base, probes))
     return points
-
-
-def rows_of(point: ScalingPoint, runs: Sequence[RunRow]) -> list[RunRow]:
-    """The successful launches behind a point."""
-    key = (point.launcher, point.variant, point.gpus, point.nodes)
-    return [
-        r
-        for r in runs
-        if (r.launcher, r.variant, r.gpus, r.nodes) == key and r.status == Status.OK.value
-    ]

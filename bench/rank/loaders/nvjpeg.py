@@ -91,13 +91,8 @@ class JpegDecoder:
     def _cpu_decoder_loads(self) -> bool:
         """torchvision's CPU decode_jpeg needs its compiled image extension; with a CUDA build
         of torchvision beside a CPU torch it does not load (RuntimeError)."""
-        from PIL import Image
-
-        buffer = io.BytesIO()
-        Image.new("RGB", (8, 8)).save(buffer, "JPEG")
-        probe = torch.frombuffer(bytearray(buffer.getvalue()), dtype=torch.uint8)
         try:
-            self._decode_jpeg(probe, mode=self._rgb)
+            self._decode_jpeg(probe_jpeg(8, 8), mode=self._rgb)
         except RuntimeError:
             return False
         return True
