@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from bench.spec import LOCAL_HOST, HostSlots, Placement, knob, knobs
 
 # Hostnames (RFC 1123 labels, underscores tolerated as many fleets use them) and IPv4/IPv6
@@ -43,14 +45,7 @@ def default_rank_counts(max_ranks: int) -> tuple[int, ...]:
     """1, 2, 4, ... up to `max_ranks`, ending with `max_ranks` itself if it is not a power of 2."""
     if max_ranks < 1:
         raise ValueError(f"need at least one rank, got {max_ranks}")
-    counts = []
-    n = 1
-    while n <= max_ranks:
-        counts.append(n)
-        n *= 2
-    if counts[-1] != max_ranks:
-        counts.append(max_ranks)
-    return tuple(counts)
+    return tuple(sorted({2**i for i in range(max_ranks.bit_length())} | {max_ranks}))
 
 
 def check_placement(placement: Sequence[HostSlots]) -> Placement:
@@ -215,19 +210,10 @@ def plan_node_sweep(
 
 
 def local_addresses() -> set[str]:
-    """IPv4 addresses of this machine's interfaces (from /proc/net/fib_trie's local entries)."""
-    addresses: set[str] = set()
-    try:
-        lines = Path("/proc/net/fib_trie").read_text().splitlines()
-    except OSError:
-        return addresses
-    previous = ""
-    for line in lines:
-        stripped = line.strip()
-        if stripped.startswith("/32 host LOCAL") and previous.startswith("|-- "):
-            addresses.add(previous[4:].strip())
-        previous = stripped
-    return addresses
+    """The IPv4 and IPv6 addresses of this machine's interfaces."""
+    families = (socket.AF_INET, socket.AF_INET6)
+    interfaces = psutil.net_if_addrs().values()
+    return {a.address for addrs in interfaces for a in addrs if a.family in families}
 
 
 def is_local_host(name: str) -> bool:
