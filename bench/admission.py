@@ -34,19 +34,17 @@ from bench.machine import Environment
 from bench.spec import SYNTHETIC, knobs, runs_on_host
 
 PORTS = range(1, 65536)
-# (flag, its field, the flags it cannot go with: their fields, why)
-CONFLICTS: tuple[tuple[str, str, dict[str, str], str], ...] = (
+# (a knob's field, the fields of the knobs it cannot go with, why)
+CONFLICTS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     (
-        "--global-batch",
         "global_batch",
-        {"--batch-size": "batch_size"},
+        ("batch_size",),
         "--global-batch fixes the images per step (strong scaling); --batch-size fixes them per "
         "GPU (weak scaling): give one",
     ),
     (
-        "--no-probe",
         "allreduce_probe",
-        {"--probe-mb": "probe_mb", "--probe-iterations": "probe_iterations"},
+        ("probe_mb", "probe_iterations"),
         "the probe is off, so its size and iterations would not be used",
     ),
 )
@@ -122,11 +120,12 @@ def cluster_problems(cluster: ClusterConfig | None) -> list[str]:
 
 def conflicts(values: Mapping[str, Any]) -> list[str]:
     """Flags given together that contradict each other (None: not given)."""
+    flags = {name: k.flag for name, k in all_knobs()}
     errors = []
-    for flag, name, others, why in CONFLICTS:
-        given = [other for other, field in others.items() if values.get(field) is not None]
+    for name, others, why in CONFLICTS:
+        given = [flags[other] for other in others if values.get(other) is not None]
         if values.get(name) is not None and given:
-            errors.append(f"{flag} with {', '.join(given)}: {why}")
+            errors.append(f"{flags[name]} with {', '.join(given)}: {why}")
     return errors
 
 

@@ -196,16 +196,12 @@ class NodeInfo:
 
     @classmethod
     def from_survey(cls, host: str, data: Mapping[str, Any]) -> NodeInfo:
+        """A node's survey (keys this version does not know are left out, nulls default)."""
         known = {f.name for f in dataclasses.fields(cls)} - {"host"}
-        fields = {k: v for k, v in data.items() if k in known}
-        fields["hostname"] = str(fields.get("hostname") or host)
-        fields["python"] = str(fields.get("python") or "")
-        fields["gpus"] = int(fields.get("gpus") or 0)
-        fields["cores"] = int(fields.get("cores") or 0)
-        fields["gpu_name"] = str(fields.get("gpu_name") or "")
-        capability = fields.get("gpu_capability")
-        fields["gpu_capability"] = tuple(capability) if capability else None
-        return cls(host=host, **fields)
+        fields = {k: v for k, v in data.items() if k in known and v is not None}
+        if fields.get("gpu_capability"):
+            fields["gpu_capability"] = tuple(fields["gpu_capability"])
+        return cls(host=host, **{"hostname": host, "python": "", **fields})
 
 
 def survey_line(info: Mapping[str, Any]) -> str:
