@@ -96,10 +96,9 @@ def _parse_slots(text: str, where: str) -> int:
 def _split_token(token: str, where: str) -> tuple[str, str | None]:
     """`name`, `name:N`, `[v6addr]` or `[v6addr]:N` -> (name, slot text or None)."""
     if token.startswith("["):
-        close = token.find("]")
-        if close < 0:
+        name, close, rest = token[1:].partition("]")
+        if not close:
             raise HostSpecError(f"{where}: unclosed '[' in {token!r}")
-        name, rest = token[1:close], token[close + 1 :]
         if rest and not rest.startswith(":"):
             raise HostSpecError(f"{where}: expected ':SLOTS' after ']' in {token!r}")
         return name, (rest[1:] if rest else None)
