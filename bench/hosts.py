@@ -275,6 +275,7 @@ class ClusterConfig:
         "node counts to sweep, required with --slurm",
         parse=int,
         many=True,
+        at_least=1,
         words="1,2,4,... up to all hosts",
     )
     gpus_per_node: tuple[int, ...] = knob(
@@ -282,6 +283,7 @@ class ClusterConfig:
         "ranks per node to sweep",
         parse=int,
         many=True,
+        at_least=1,
         words="1,2,4,... up to the smallest host's slots; 1 with --slurm",
     )
     # How the nodes of --hosts/--hostfile are reached (and horovodrun reaches the other nodes,
