@@ -17,7 +17,7 @@ import difflib
 import math
 import os
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,22 +31,20 @@ from bench.launchers.docker import DockerWrapper
 from bench.launchers.docker.check import check_images
 from bench.loader_support import loader_errors
 from bench.machine import Environment
-from bench.spec import SYNTHETIC, knobs, runs_on_host
+from bench.spec import SYNTHETIC, Knob, knobs, runs_on_host
 
 PORTS = range(1, 65536)
-# (flag, its field, the flags it cannot go with: their fields, why)
-CONFLICTS: tuple[tuple[str, str, dict[str, str], str], ...] = (
+# (a knob's field, the fields of the knobs it cannot go with, why)
+CONFLICTS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     (
-        "--global-batch",
         "global_batch",
-        {"--batch-size": "batch_size"},
+        ("batch_size",),
         "--global-batch fixes the images per step (strong scaling); --batch-size fixes them per "
         "GPU (weak scaling): give one",
     ),
     (
-        "--no-probe",
         "allreduce_probe",
-        {"--probe-mb": "probe_mb", "--probe-iterations": "probe_iterations"},
+        ("probe_mb", "probe_iterations"),
         "the probe is off, so its size and iterations would not be used",
     ),
 )
@@ -56,10 +54,13 @@ CONFLICTS: tuple[tuple[str, str, dict[str, str], str], ...] = (
 # Tier 1: the values, as typed (or as saved); no machine
 
 
-def check_values(values: Mapping[str, Any]) -> list[str]:
-    """Every value out of its knob's range (None values are not given and not checked)."""
+def check_values(
+    values: Mapping[str, Any], declared: Iterable[tuple[str, Knob]] | None = None
+) -> list[str]:
+    """Every value out of its knob's range (None values are not given and not checked); the
+    knobs of the sweep, or those `declared`."""
     errors = []
-    for name, k in all_knobs():
+    for name, k in all_knobs() if declared is None else declared:
         value = values.get(name)
         if value is None:
             continue
@@ -101,16 +102,10 @@ def cluster_problems(cluster: ClusterConfig | None) -> list[str]:
     """Ports in range, node and rank counts >= 1, Slurm's tools on PATH."""
     if cluster is None:
         return []
-    errors = []
+    errors = check_values(dataclasses.asdict(cluster), knobs(ClusterConfig))
     for flag, port in {"--ssh-port": cluster.ssh_port, "--rdzv-port": cluster.rdzv_port}.items():
         if port is not None and port not in PORTS:
             errors.append(f"{flag} must be a port from 1 to 65535, got {port}")
-    for flag, counts in (
-        ("--nodes", cluster.node_counts),
-        ("--gpus-per-node", cluster.gpus_per_node),
-    ):
-        if any(n < 1 for n in counts):
-            errors.append(f"{flag} must be >= 1, got {','.join(map(str, counts))}")
     missing = [t for t in ("srun", "scontrol") if cluster.slurm and shutil.which(t) is None]
     if missing:
         errors.append(
@@ -122,11 +117,12 @@ def cluster_problems(cluster: ClusterConfig | None) -> list[str]:
 
 def conflicts(values: Mapping[str, Any]) -> list[str]:
     """Flags given together that contradict each other (None: not given)."""
+    flags = {name: k.flag for name, k in all_knobs()}
     errors = []
-    for flag, name, others, why in CONFLICTS:
-        given = [other for other, field in others.items() if values.get(field) is not None]
+    for name, others, why in CONFLICTS:
+        given = [flags[other] for other in others if values.get(other) is not None]
         if values.get(name) is not None and given:
-            errors.append(f"{flag} with {', '.join(given)}: {why}")
+            errors.append(f"{flags[name]} with {', '.join(given)}: {why}")
     return errors
 
 

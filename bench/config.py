@@ -1,10 +1,6 @@
-"""A sweep's configuration: its knobs, and the error that refuses one.
-
-Every option of a sweep is a `Knob` declared once on a field of `BenchConfig` (how the sweep
-runs), `bench.spec.Variant` (the swept axes) or `bench.spec.Workload` (what every run trains);
-bench.options generates the parser from them and gives a `Request` (None where nothing was
-typed). bench.admission checks the request; `resolve` (bench.machine_defaults) fills the gaps
-from the detected machine (GPU or CPU defaults).
+"""A sweep's configuration: `BenchConfig` (how the sweep runs, its knobs declared as in
+bench.spec), the `Request` bench.options parses (None where nothing was typed; bench.admission
+checks it, bench.machine_defaults.resolve fills the gaps) and the error that refuses one.
 """
 
 from __future__ import annotations
@@ -17,20 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.hosts import ClusterConfig
-from bench.launcher_kinds import (
-    DEFAULT_LAUNCHERS,
-    LAUNCHER_KINDS,
-    LAUNCHERS,
-    NOT_BUILT,
-)
-from bench.spec import (
-    ImageKnobs,
-    Knob,
-    Variant,
-    Workload,
-    knob,
-    knobs,
-)
+from bench.launcher_kinds import DEFAULT_LAUNCHERS, LAUNCHER_KINDS, LAUNCHERS, NOT_BUILT
+from bench.spec import ImageKnobs, Knob, Variant, Workload, knob, knobs
 
 IMAGENET_TRAIN_IMAGES = 1_281_167
 

@@ -64,15 +64,9 @@ def gpu_defaults(gpu: GpuDescription) -> GpuDefaults:
     cc = f"{gpu.capability[0]}.{gpu.capability[1]}"
     precision = "amp-bf16" if ampere else "amp-fp16" if tensor_cores else "fp32"
     batch = batch_for_memory(gpu.memory_gb)
+    has = "bf16" if ampere else "fp16 tensor cores, no bf16" if tensor_cores else "no tensor cores"
     reasons = {
-        "precision": f"precision {precision}: compute capability {cc}"
-        + (
-            " has bf16"
-            if ampere
-            else " has fp16 tensor cores, no bf16"
-            if tensor_cores
-            else " has no tensor cores"
-        ),
+        "precision": f"precision {precision}: compute capability {cc} has {has}",
         "channels_last": f"memory format {'channels_last' if tensor_cores else 'nchw'}: "
         + ("tensor cores run NHWC convolutions natively" if tensor_cores else "no tensor cores"),
         "compile": f"compile {'on' if ampere else 'off'}: "

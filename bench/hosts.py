@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from bench.spec import LOCAL_HOST, HostSlots, Placement, knob, knobs
 
 # Hostnames (RFC 1123 labels, underscores tolerated as many fleets use them) and IPv4/IPv6
@@ -43,14 +45,7 @@ def default_rank_counts(max_ranks: int) -> tuple[int, ...]:
     """1, 2, 4, ... up to `max_ranks`, ending with `max_ranks` itself if it is not a power of 2."""
     if max_ranks < 1:
         raise ValueError(f"need at least one rank, got {max_ranks}")
-    counts = []
-    n = 1
-    while n <= max_ranks:
-        counts.append(n)
-        n *= 2
-    if counts[-1] != max_ranks:
-        counts.append(max_ranks)
-    return tuple(counts)
+    return tuple(sorted({2**i for i in range(max_ranks.bit_length())} | {max_ranks}))
 
 
 def check_placement(placement: Sequence[HostSlots]) -> Placement:
@@ -101,10 +96,9 @@ def _parse_slots(text: str, where: str) -> int:
 def _split_token(token: str, where: str) -> tuple[str, str | None]:
     """`name`, `name:N`, `[v6addr]` or `[v6addr]:N` -> (name, slot text or None)."""
     if token.startswith("["):
-        close = token.find("]")
-        if close < 0:
+        name, close, rest = token[1:].partition("]")
+        if not close:
             raise HostSpecError(f"{where}: unclosed '[' in {token!r}")
-        name, rest = token[1:close], token[close + 1 :]
         if rest and not rest.startswith(":"):
             raise HostSpecError(f"{where}: expected ':SLOTS' after ']' in {token!r}")
         return name, (rest[1:] if rest else None)
@@ -215,19 +209,10 @@ def plan_node_sweep(
 
 
 def local_addresses() -> set[str]:
-    """IPv4 addresses of this machine's interfaces (from /proc/net/fib_trie's local entries)."""
-    addresses: set[str] = set()
-    try:
-        lines = Path("/proc/net/fib_trie").read_text().splitlines()
-    except OSError:
-        return addresses
-    previous = ""
-    for line in lines:
-        stripped = line.strip()
-        if stripped.startswith("/32 host LOCAL") and previous.startswith("|-- "):
-            addresses.add(previous[4:].strip())
-        previous = stripped
-    return addresses
+    """The IPv4 and IPv6 addresses of this machine's interfaces."""
+    families = (socket.AF_INET, socket.AF_INET6)
+    interfaces = psutil.net_if_addrs().values()
+    return {a.address for addrs in interfaces for a in addrs if a.family in families}
 
 
 def is_local_host(name: str) -> bool:
@@ -290,6 +275,7 @@ class ClusterConfig:
         "node counts to sweep, required with --slurm",
         parse=int,
         many=True,
+        at_least=1,
         words="1,2,4,... up to all hosts",
     )
     gpus_per_node: tuple[int, ...] = knob(
@@ -297,6 +283,7 @@ class ClusterConfig:
         "ranks per node to sweep",
         parse=int,
         many=True,
+        at_least=1,
         words="1,2,4,... up to the smallest host's slots; 1 with --slurm",
     )
     # How the nodes of --hosts/--hostfile are reached (and horovodrun reaches the other nodes,

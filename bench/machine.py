@@ -18,20 +18,20 @@ Importable without torch: torch is imported inside the functions that query it.
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import json
 import os
 import platform
 import re
 import shutil
 import socket
-import struct
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 from bench import __version__
 from bench.gpu_defaults import AMPERE
@@ -87,16 +87,8 @@ def route_to(target: str) -> tuple[str | None, str | None]:
     with socket.socket(family, socket.SOCK_DGRAM) as s:
         s.connect(sockaddr)
         address = s.getsockname()[0]
-    if family != socket.AF_INET:
-        return address, None
-    for _, name in socket.if_nameindex():
-        request = struct.pack("256s", name[:15].encode())
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            try:
-                reply = fcntl.ioctl(s.fileno(), 0x8915, request)  # SIOCGIFADDR
-            except OSError:
-                continue
-        if socket.inet_ntoa(reply[20:24]) == address:
+    for name, addresses in psutil.net_if_addrs().items():
+        if any(a.address.split("%")[0] == address for a in addresses):
             return address, name
     return address, None
 
@@ -204,16 +196,12 @@ class NodeInfo:
 
     @classmethod
     def from_survey(cls, host: str, data: Mapping[str, Any]) -> NodeInfo:
+        """A node's survey (keys this version does not know are left out, nulls default)."""
         known = {f.name for f in dataclasses.fields(cls)} - {"host"}
-        fields = {k: v for k, v in data.items() if k in known}
-        fields["hostname"] = str(fields.get("hostname") or host)
-        fields["python"] = str(fields.get("python") or "")
-        fields["gpus"] = int(fields.get("gpus") or 0)
-        fields["cores"] = int(fields.get("cores") or 0)
-        fields["gpu_name"] = str(fields.get("gpu_name") or "")
-        capability = fields.get("gpu_capability")
-        fields["gpu_capability"] = tuple(capability) if capability else None
-        return cls(host=host, **fields)
+        fields = {k: v for k, v in data.items() if k in known and v is not None}
+        if fields.get("gpu_capability"):
+            fields["gpu_capability"] = tuple(fields["gpu_capability"])
+        return cls(host=host, **{"hostname": host, "python": "", **fields})
 
 
 def survey_line(info: Mapping[str, Any]) -> str:
@@ -362,16 +350,6 @@ def _cpu_model() -> str:
     return platform.processor()
 
 
-def _memory_gb() -> float | None:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                return round(int(line.split()[1]) / 1024**2, 1)
-    except OSError:
-        pass
-    return None
-
-
 def gpu_inventory() -> dict[str, Any]:
     """Driver and every GPU NVML sees; {"error": ...} where there is no NVIDIA driver."""
     try:
@@ -447,19 +425,14 @@ def collect_system_info(env: Environment) -> dict[str, Any]:
         "platform": platform.platform(),
         "cpu": _cpu_model(),
         "cores": env.cores,
-        "memory_gb": _memory_gb(),
+        "memory_gb": round(psutil.virtual_memory().total / 1024**3, 1),
         "device": env.device,
         "gpu_name": env.gpu_name,
         "gpu_count": env.gpu_count,
         "nvml": gpu_inventory() if gpu else {"error": "no CUDA GPU visible"},
         "topology": topology.stdout if topology and topology.returncode == 0 else None,
         "versions": software_versions(),
-        "horovod": {
-            "available": env.horovod.available,
-            "version": env.horovod.version,
-            "nccl_built": env.horovod.nccl_built,
-            "reason": env.horovod.reason,
-        },
+        "horovod": dataclasses.asdict(env.horovod),
         "environment": relevant_environment(),
         "git": git_revision(),
     }

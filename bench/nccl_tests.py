@@ -54,22 +54,9 @@ def find_binary(asked: str = "", prefix: Path = ROLE_PREFIX) -> Path | None:
 
 def argv(binary: Path, nbytes: int, gpus: int, iterations: int) -> list[str]:
     """One message size (the probe's), out-of-place and in-place, `gpus` GPUs in one process."""
-    size = str(nbytes - nbytes % 4)  # whole floats
-    return [
-        str(binary),
-        "-b",
-        size,
-        "-e",
-        size,
-        "-g",
-        str(gpus),
-        "-n",
-        str(iterations),
-        "-w",
-        "5",
-        "-c",
-        "1",
-    ]
+    size = nbytes - nbytes % 4  # whole floats
+    flags = f"-b {size} -e {size} -g {gpus} -n {iterations} -w 5 -c 1"
+    return [str(binary), *flags.split()]
 
 
 def parse(output: str, nbytes: int) -> tuple[float, float] | None:

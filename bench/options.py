@@ -40,10 +40,10 @@ class Parser(argparse.ArgumentParser):
 _WHAT = {int: "an integer", float: "a number"}
 
 
-def _one_value(k: Knob) -> Callable[[str], Any]:
-    """The argparse type reading one value of a knob."""
+def _value_type(k: Knob) -> Callable[[str], Any]:
+    """The argparse type reading a knob's value: one, or each of a comma list's."""
 
-    def parse(text: str) -> Any:
+    def one(text: str) -> Any:
         if text in k.refused:
             raise argparse.ArgumentTypeError(f"{text!r} is not built: {k.refused[text]}")
         if k.values is not None:
@@ -57,21 +57,13 @@ def _one_value(k: Knob) -> Callable[[str], Any]:
             what = _WHAT.get(convert, "a valid value")  # type: ignore[call-overload]
             raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
 
-    return parse
-
-
-def _value_type(k: Knob) -> Callable[[str], Any]:
-    one = _one_value(k)
-    if not k.many:
-        return one
-
-    def parse_list(text: str) -> tuple[Any, ...]:
+    def many(text: str) -> tuple[Any, ...]:
         items = [v.strip() for v in text.split(",") if v.strip()]
         if not items:
             raise argparse.ArgumentTypeError("expected at least one value")
         return tuple(dict.fromkeys(one(v) for v in items))
 
-    return parse_list
+    return many if k.many else one
 
 
 def default_words(k: Knob) -> str:

@@ -100,17 +100,8 @@ class Published:
 def _lambda(
     gpu: str, precision: str, batch: int | None, gpus: int, total: float, url: str, note: str
 ) -> Published:
-    return Published(
-        "Lambda deeplearning-benchmark",
-        gpu,
-        precision,
-        batch,
-        gpus,
-        total / gpus,
-        note,
-        layout="nchw",
-        url=url,
-    )
+    source = "Lambda deeplearning-benchmark"
+    return Published(source, gpu, precision, batch, gpus, total / gpus, note, url=url)
 
 
 def _dle(gpu: str, precision: str, gpus: int, per_gpu: float, note: str) -> Published:
