@@ -27,7 +27,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -55,22 +54,14 @@ def container_name(launch_id: str, unique: str = "") -> str:
 # ---------------------------------------------------------------- stopping a launch's container
 
 
-def _container_running(name: str, docker: str) -> bool:
-    done = run_here([docker, "inspect", "--format", "{{.State.Running}}", name], 30)
-    return done.returncode == 0 and done.stdout.strip() == "true"
-
-
 def stop_container(name: str, policy: StopPolicy = STOP, docker: str = "docker") -> None:
     """Stop a launch's container: the first signal (its init hands it to torchrun/horovodrun,
-    which stop their ranks), up to the grace period for it to exit, then the last signal and
-    `docker rm --force`, so no container outlives its launch (docker run --rm removes it only
-    when it exits; killing the docker CLI does not stop it)."""
+    which stop their ranks), up to the grace period for it to exit (`docker wait`), then the
+    last signal and `docker rm --force`, so no container outlives its launch (docker run --rm
+    removes it only when it exits; killing the docker CLI does not stop it)."""
     first, last = policy.signal_names()
     run_here([docker, "kill", f"--signal={first}", name], 60)  # a failure is seen below
-    deadline = time.monotonic() + policy.grace_s
-    while time.monotonic() < deadline and _container_running(name, docker):
-        time.sleep(0.2)
-    if _container_running(name, docker):
+    if run_here([docker, "wait", name], policy.grace_s).returncode != 0:  # still running
         run_here([docker, "kill", f"--signal={last}", name], 60)
     run_here([docker, "rm", "--force", name], 60)
 

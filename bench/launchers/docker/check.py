@@ -24,10 +24,10 @@ from bench.config import BenchConfig, refuse
 from bench.hosts import host_names
 from bench.launcher_kinds import LauncherKind, launcher_kind
 from bench.launchers.docker import CheckedImage, DockerWrapper, container_name
-from bench.launchers.sites import LocalSite, Site, last_line, on_all, run_on_host, site_for
+from bench.launchers.sites import Site, last_line, on_all, run_here, run_on_host, site_for
 from bench.machine import Environment, HorovodStatus, survey_records
 from bench.paths import REPO_ROOT
-from bench.spec import LOCAL_HOST, NO_CONTAINER, container_label
+from bench.spec import NO_CONTAINER, container_label
 
 DockerRun = Callable[[Sequence[str], float], "subprocess.CompletedProcess[str]"]
 
@@ -298,7 +298,7 @@ def check_images(config: BenchConfig, env: Environment) -> DockerWrapper:
     refuse(_refusals(config, references))
     # this machine, or every --hosts node (each over ssh, with its own bench checkout)
     if config.cluster is None:
-        machines = [Machine("this machine", node_docker(LOCAL_HOST, LocalSite()), str(REPO_ROOT))]
+        machines = [Machine("this machine", run_here, str(REPO_ROOT))]
     else:
         site = site_for(config.cluster)
         machines = [
