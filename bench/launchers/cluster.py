@@ -47,7 +47,6 @@ from bench.launchers.argv import (
     rendezvous_endpoint,
 )
 from bench.launchers.multinode import MultiNodeResult, run_on_nodes
-from bench.launchers.on_node import MODULE as NODE_MODULE
 from bench.launchers.sites import (
     FetchError,
     HostUnreachableError,
@@ -71,6 +70,14 @@ from bench.machine import Environment, HorovodStatus, NodeInfo, environment_of, 
 from bench.paths import SweepPaths, bench_pythonpath
 from bench.shared.tf_rules import TF_CONFIG_VAR, tf_config
 from bench.spec import HostSlots, Placement, ProbeSpec, RunSpec, format_hosts
+
+# Run on each node (through its site, from its bench checkout) before a sweep: the node's facts
+# (bench.machine.survey) as one marked JSON line, with its interface and address toward the first
+# host, the rendezvous host.
+NODE_SURVEY = (
+    "import sys; from bench.machine import survey, survey_line; "
+    "print(survey_line(survey(sys.argv[1])), flush=True)"
+)
 
 
 def parse_survey_output(host: str, stdout: str) -> NodeInfo:
@@ -112,9 +119,8 @@ class ClusterLauncher:
         every node at once; a node that cannot run the survey is a RemoteError."""
         check_reachable(self.hosts, self.site)
         python, workdir = self.cluster.remote_python, self.cluster.remote_workdir
-        # python -m bench.launchers.on_node survey TARGET, from the bench checkout on each node
         env = {"PYTHONPATH": bench_pythonpath(workdir)} if workdir else None
-        command = shell_command([python, "-m", NODE_MODULE, "survey", self.hosts[0]], env, workdir)
+        command = shell_command([python, "-c", NODE_SURVEY, self.hosts[0]], env, workdir)
         results = on_all(self.hosts, lambda h: run_on_host(h, command, self.site, timeout_s))
         failed = {h: r for h, r in results.items() if r.returncode != 0}
         if failed:
@@ -123,8 +129,8 @@ class ClusterLauncher:
                 for h, r in failed.items()
             ]
             raise RemoteError(
-                f"cannot run the bench on {len(failed)} node(s) ({python} -m {NODE_MODULE} in "
-                f"{workdir or 'the login directory'}):\n"
+                f"cannot run the bench on {len(failed)} node(s) (its survey, {python} -c "
+                f"'from bench.machine import survey ...', in {workdir or 'the login directory'}):\n"
                 + "\n".join(lines)
                 + "\nEvery node needs the same Python environment and bench checkout at the same "
                 "paths (playbooks/bench.yml puts them there; see --remote-python/--remote-workdir)."
