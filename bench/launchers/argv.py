@@ -15,7 +15,7 @@ from __future__ import annotations
 import shutil
 import socket
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -48,7 +48,8 @@ class Tools:
 
 
 class Enclosure(Protocol):
-    """What a wrapped command started around its processes, stopped before them."""
+    """What a wrapped command started around its processes (bench.launchers.docker's
+    RunningContainer), stopped before them."""
 
     def stop(self, policy: StopPolicy) -> None:
         """Stop it from this machine."""
@@ -65,51 +66,6 @@ class NodeCommand:
     argv: tuple[str, ...]
     env: Mapping[str, str] = field(default_factory=dict)
     enclosure: Enclosure | None = None  # what a wrapper started around it, for stopping
-
-
-class Wrap(Protocol):
-    """How one launch's commands run where its wrapper puts them (bench.launchers.docker)."""
-
-    def tools(self, tools: Tools) -> Tools:
-        """The launchers as the wrapped command finds them, instead of `tools`."""
-
-    def command(
-        self,
-        command: NodeCommand,
-        *,
-        bench_root: str,
-        unique: str = "",
-        writable: Sequence[str] = (),
-        environ: Mapping[str, str] = ...,
-    ) -> NodeCommand:
-        """`command` (built with `tools(...)`) wrapped; bench_root: the bench checkout there,
-        writable: host paths the command writes, environ: what its ranks would inherit."""
-
-
-class Wrapper(Protocol):
-    """What wraps a sweep's launches (bench.launchers.docker), asked once per launch."""
-
-    def around(self, launch: Launch, across_nodes: bool = False) -> Wrap:
-        """The launch's wrap; across_nodes: its nodes are reached through a site."""
-
-
-class Unwrapped:
-    """Launches run as built, on the host (the wrapper of a host-only sweep and its one wrap); a
-    launch that asks for an image was never checked."""
-
-    def around(self, launch: Launch, across_nodes: bool = False) -> Unwrapped:
-        if launch.image:
-            raise ValueError(f"image {launch.image!r} was not checked before the sweep")
-        return self
-
-    def tools(self, tools: Tools) -> Tools:
-        return tools
-
-    def command(self, command: NodeCommand, **_: object) -> NodeCommand:
-        return command
-
-
-BARE = Unwrapped()
 
 
 def free_port() -> int:

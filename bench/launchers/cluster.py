@@ -37,15 +37,8 @@ from bench.launchers import (
     rank_environment,
     socket_ifname_var,
 )
-from bench.launchers.argv import (
-    NodeCommand,
-    Tools,
-    Unwrapped,
-    Wrap,
-    Wrapper,
-    node_argv,
-    rendezvous_endpoint,
-)
+from bench.launchers.argv import NodeCommand, Tools, node_argv, rendezvous_endpoint
+from bench.launchers.docker import DockerWrapper, InImage, Unwrapped
 from bench.launchers.multinode import MultiNodeResult, run_on_nodes
 from bench.launchers.sites import (
     FetchError,
@@ -109,7 +102,7 @@ class ClusterLauncher:
         self.policy = policy
         self.infos: dict[str, NodeInfo] = {}
         self.gpu = False
-        self.wrapper: Wrapper = Unwrapped()  # what wraps each launch, set before the sweep
+        self.wrapper = DockerWrapper()  # what wraps each launch, set before the sweep
         self.forwarded = {k: v for k, v in environ.items() if k.startswith(FORWARDED_PREFIXES)}
 
     # ---- before the sweep
@@ -241,7 +234,7 @@ class ClusterLauncher:
         return self.infos[host].address or ""
 
     def node_argv(
-        self, launch: Launch, index: int, wrap: Wrap, log_dir: str
+        self, launch: Launch, index: int, wrap: InImage | Unwrapped, log_dir: str
     ) -> tuple[list[str], dict[str, str]]:
         """Node `index`'s command line (bench.launchers.argv.node_argv) and the variables only
         it gets: a TensorFlow worker's TF_CONFIG, naming every node's worker at the address the

@@ -22,12 +22,11 @@ from bench.launchers.argv import (
     Enclosure,
     NodeCommand,
     Tools,
-    Unwrapped,
-    Wrapper,
     free_port,
     node_argv,
     rendezvous_endpoint,
 )
+from bench.launchers.docker import DockerWrapper
 from bench.launchers.stop import STOP, StopPolicy, stop_tree
 from bench.machine import tensorflow_env
 from bench.paths import REPO_ROOT
@@ -128,11 +127,11 @@ class LocalLauncher:
         self,
         tools: Tools | None = None,
         policy: StopPolicy = STOP,
-        wrapper: Wrapper | None = None,
+        wrapper: DockerWrapper | None = None,
     ) -> None:
         self.tools = tools or Tools(tensorflow=tensorflow_env()[0])
         self.policy = policy
-        self.wrapper = wrapper or Unwrapped()
+        self.wrapper = wrapper or DockerWrapper()
 
     def command(self, launch: Launch, port: int | None = None) -> NodeCommand:
         if launch.nodes != 1 or launch.placement[0].host != LOCAL_HOST:

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench.launchers import FORWARDED_PREFIXES, RUN_TAG_VAR, Launch
-from bench.launchers.argv import BARE, NodeCommand, Tools, Wrap
+from bench.launchers.argv import NodeCommand, Tools
 from bench.launchers.sites import run_here
 from bench.launchers.stop import STOP, StopPolicy
 from bench.paths import bench_pythonpath
@@ -166,8 +166,9 @@ class DockerWrapper:
         path = bench_pythonpath(BENCH_MOUNT, image.pythonpath)  # the image's own kept after it
         return [*words, "--env", f"PYTHONPATH={path}", image.digest, *argv]
 
-    def around(self, launch: Launch, across_nodes: bool = False) -> Wrap:
-        """The launch's wrap: as built on the host, or in its pinned image."""
+    def around(self, launch: Launch, across_nodes: bool = False) -> InImage | Unwrapped:
+        """The launch's wrap: as built on the host, or in its pinned image; across_nodes: its
+        nodes are reached through a site."""
         if not launch.image:
             return BARE
         if across_nodes and launch.kind.ssh_to_other_nodes:  # `check` refuses it first
@@ -202,9 +203,23 @@ class DockerWrapper:
         ]
 
 
+class Unwrapped:
+    """A launch's commands as built, on the host."""
+
+    def tools(self, tools: Tools) -> Tools:
+        return tools
+
+    def command(self, command: NodeCommand, **_: object) -> NodeCommand:
+        return command
+
+
+BARE = Unwrapped()
+
+
 @dataclass(frozen=True)
 class InImage:
-    """One launch in its image (bench.launchers.argv.Wrap)."""
+    """One launch in its image: the launchers as the image has them (`tools`), and a command
+    built with them run in it (`command`)."""
 
     wrapper: DockerWrapper
     image: CheckedImage
@@ -223,8 +238,9 @@ class InImage:
         writable: Sequence[str] = (),
         environ: Mapping[str, str] = os.environ,
     ) -> NodeCommand:
-        """`command` run in the launch's image. Its variables stay on the docker CLI and are
-        passed in by name, with those of `environ` the ranks would inherit on the host
+        """`command` run in the launch's image; bench_root: the bench checkout there, writable:
+        host paths the command writes. Its variables stay on the docker CLI and are passed in by
+        name, with those of `environ` the ranks would inherit on the host
         (FORWARDED_PREFIXES); PYTHONPATH is the container's own."""
         forwarded = [k for k in environ if k.startswith(FORWARDED_PREFIXES)]
         passed = [k for k in [*command.env, *forwarded] if k != "PYTHONPATH"]
