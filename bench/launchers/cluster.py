@@ -43,7 +43,6 @@ from bench.launchers.multinode import MultiNodeResult, run_on_nodes
 from bench.launchers.sites import (
     FetchError,
     HostUnreachableError,
-    Site,
     SlurmSite,
     check_reachable,
     fetch_dir,
@@ -54,7 +53,6 @@ from bench.launchers.sites import (
     run_on_host,
     shell_command,
     site_for,
-    slurm_allocation,
     ssh_options_for,
 )
 from bench.launchers.stop import STOP, StopPolicy
@@ -92,11 +90,7 @@ class ClusterLauncher:
     ) -> None:
         self.cluster = cluster
         self.ssh = ssh_options_for(cluster)  # horovodrun's, under Slurm too
-        self.site: Site = site_for(cluster, environ)
-        # the hosts: --hosts', or the allocation's nodes in Slurm's order
-        self.hosts = (
-            slurm_allocation(environ)[1] if cluster.slurm else host_names(cluster.placement)
-        )
+        self.site, self.hosts = site_for(cluster, environ)
         python = cluster.remote_python  # and the horovodrun beside it
         self.tools = Tools(python, str(Path(python).with_name("horovodrun")))
         self.policy = policy

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from bench.hosts import ClusterConfig, is_local_host
+from bench.hosts import ClusterConfig, host_names, is_local_host
 from bench.launchers import RemoteError
 from bench.launchers.stop import STOP, StopPolicy, node_timeout_argv
 from bench.paths import REPO_ROOT, bench_pythonpath
@@ -202,11 +202,15 @@ def slurm_allocation(
     return job_id, nodes
 
 
-def site_for(cluster: ClusterConfig, environ: Mapping[str, str] = os.environ) -> Site:
-    """The site a multi-node sweep's hosts are reached through."""
+def site_for(
+    cluster: ClusterConfig, environ: Mapping[str, str] = os.environ
+) -> tuple[Site, list[str]]:
+    """The site a multi-node sweep's hosts are reached through, and those hosts in order:
+    --hosts', or the nodes of the Slurm allocation in Slurm's order."""
     if cluster.slurm:
-        return SlurmSite(slurm_allocation(environ)[0])
-    return SshSite(ssh_options_for(cluster))
+        job_id, nodes = slurm_allocation(environ)
+        return SlurmSite(job_id), nodes
+    return SshSite(ssh_options_for(cluster)), host_names(cluster.placement)
 
 
 def run_on_host(

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench.config import BenchConfig, refuse
-from bench.hosts import host_names
 from bench.launcher_kinds import LauncherKind, launcher_kind
 from bench.launchers.docker import CheckedImage, DockerWrapper, container_name
 from bench.launchers.sites import Site, last_line, on_all, run_here, run_on_host, site_for
@@ -300,11 +299,9 @@ def check_images(config: BenchConfig, env: Environment) -> DockerWrapper:
     if config.cluster is None:
         machines = [Machine("this machine", run_here, str(REPO_ROOT))]
     else:
-        site = site_for(config.cluster)
-        machines = [
-            Machine(h, node_docker(h, site), config.cluster.remote_workdir)
-            for h in host_names(config.cluster.placement)
-        ]
+        site, hosts = site_for(config.cluster)
+        workdir = config.cluster.remote_workdir
+        machines = [Machine(h, node_docker(h, site), workdir) for h in hosts]
     answers = [docker_info(m) for m in machines]
     refuse([why for _, why in answers if why])
     infos, errors = [info for info, _ in answers], []
