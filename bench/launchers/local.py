@@ -10,14 +10,8 @@ import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import BinaryIO
 
-from bench.launchers import (
-    ExecResult,
-    Launch,
-    launch_of,
-    rank_environment,
-)
+from bench.launchers import ExecResult, Launch, launch_of, rank_environment
 from bench.launchers.argv import (
     Enclosure,
     NodeCommand,
@@ -58,20 +52,6 @@ def _interrupts_held() -> Iterator[None]:
             signal.raise_signal(signum)  # to this thread: the handler restored above runs now
 
 
-def _start(argv: Sequence[str], env: Mapping[str, str], log: BinaryIO) -> subprocess.Popen:
-    log.write(("$ " + " ".join(argv) + "\n").encode())
-    log.flush()
-    return subprocess.Popen(
-        list(argv),
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        env={**os.environ, **env},
-        start_new_session=True,
-        preexec_fn=die_with_parent,  # killed with the controller, even by SIGKILL
-    )
-
-
 def execute(
     argv: Sequence[str],
     env: Mapping[str, str],
@@ -102,8 +82,18 @@ def execute(
     proc: subprocess.Popen | None = None
     with open(log_path, "wb") as log:
         try:
+            log.write(("$ " + " ".join(argv) + "\n").encode())
+            log.flush()
             with _interrupts_held():
-                proc = _start(argv, env, log)
+                proc = subprocess.Popen(
+                    list(argv),
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    env={**os.environ, **env},
+                    start_new_session=True,
+                    preexec_fn=die_with_parent,  # killed with the controller, even by SIGKILL
+                )
             proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             timed_out = True

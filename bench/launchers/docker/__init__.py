@@ -153,16 +153,12 @@ class DockerWrapper:
         words = [self.docker, "run", "--rm", "--pull", "never", "--init", "--name", name]
         words += ["--network", "host", "--ipc", "host"]
         words += ["--label", f"{LABEL}={label}"] if label else []
-        for limit in self.ulimits:
-            words += ["--ulimit", limit]
+        words += [w for limit in self.ulimits for w in ("--ulimit", limit)]
         words += ["--gpus", "all"] if self.gpus else []
-        mounts = {os.path.join(bench_root, "bench"): f"{BENCH_MOUNT}/bench"}
-        for source, target in {**mounts, **({data: data} if data else {})}.items():
-            words += ["--volume", f"{source}:{target}:ro"]
-        for path in writable:
-            words += ["--volume", f"{path}:{path}"]
-        for key in sorted(set(passed) | set(PASSED_NAMES)):
-            words += ["--env", key]
+        words += ["--volume", f"{os.path.join(bench_root, 'bench')}:{BENCH_MOUNT}/bench:ro"]
+        words += ["--volume", f"{data}:{data}:ro"] if data else []
+        words += [w for path in writable for w in ("--volume", f"{path}:{path}")]
+        words += [w for key in sorted({*passed, *PASSED_NAMES}) for w in ("--env", key)]
         path = bench_pythonpath(BENCH_MOUNT, image.pythonpath)  # the image's own kept after it
         return [*words, "--env", f"PYTHONPATH={path}", image.digest, *argv]
 

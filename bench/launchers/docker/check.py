@@ -80,11 +80,8 @@ def pinned_digest(reference: str, inspected: Mapping[str, Any]) -> str:
 
 
 def image_env(inspected: Mapping[str, Any], name: str) -> str:
-    for entry in (inspected.get("Config") or {}).get("Env") or []:
-        key, _, value = entry.partition("=")
-        if key == name:
-            return value
-    return ""
+    env = (inspected.get("Config") or {}).get("Env") or []
+    return dict(entry.partition("=")[::2] for entry in env).get(name, "")
 
 
 def docker_info(machine: Machine) -> tuple[dict[str, Any], str]:
@@ -117,19 +114,6 @@ def inspect_image(machine: Machine, reference: str) -> tuple[dict[str, Any], str
     return dict(json.loads(done.stdout.strip().splitlines()[-1])), ""
 
 
-def runtime_problem(info: Mapping[str, Any], where: str, detail: str) -> str:
-    runtimes = ", ".join(sorted(info.get("Runtimes") or {})) or "none"
-    cdi = (
-        "CDI spec directories " + ", ".join(info.get("CDISpecDirs") or [])
-        if info.get("CDISpecDirs")
-        else "no CDI"
-    )
-    return (
-        f"{where}: Docker cannot pass the GPUs in ({detail}; runtimes: {runtimes}; {cdi}): "
-        + ROLE_HINT
-    )
-
-
 def _docker_failure(
     text: str, reference: str, config: BenchConfig, info: Mapping[str, Any], where: str
 ) -> str:
@@ -141,7 +125,13 @@ def _docker_failure(
             "--container-ulimit stack=67108864, or none"
         )
     if config.device == "cuda" and ("device driver" in text or "nvidia" in text.lower()):
-        return runtime_problem(info, where, text)
+        runtimes = ", ".join(sorted(info.get("Runtimes") or {})) or "none"
+        cdi = ", ".join(info.get("CDISpecDirs") or [])
+        cdi = f"CDI spec directories {cdi}" if cdi else "no CDI"
+        return (
+            f"{where}: Docker cannot pass the GPUs in ({text}; runtimes: {runtimes}; {cdi}): "
+            + ROLE_HINT
+        )
     return f"{where}: docker run {reference} failed: {text}"
 
 
