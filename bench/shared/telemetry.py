@@ -8,6 +8,8 @@ summaries into a run's row (the controller calls it). Pure data apart from the s
 from __future__ import annotations
 
 import contextlib
+import functools
+import operator
 import os
 import sys
 import threading
@@ -67,9 +69,7 @@ def summarise_samples(samples: Iterable[Sample]) -> dict[str, Any]:
     items = list(samples)
     if not items:
         return {}
-    mask = 0
-    for s in items:
-        mask |= s.reasons_mask
+    mask = functools.reduce(operator.or_, (s.reasons_mask for s in items))
     summary = {k: combine([getattr(s, a) for s in items]) for k, (a, combine) in _SUMMARY.items()}
     return {**summary, "throttle_reasons": decode_throttle_reasons(mask)}
 
