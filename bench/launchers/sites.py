@@ -333,27 +333,25 @@ def fetch_dir(
     with subprocess.Popen(
         argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL
     ) as proc:
-        assert proc.stdout is not None
+        assert proc.stdout is not None and proc.stderr is not None
+        names, broken = [], ""
         try:
             with tarfile.open(fileobj=proc.stdout, mode="r|") as archive:
-                names = []
                 for member in archive:
                     archive.extract(member, local_dir, filter="data")
                     if member.isfile():
                         names.append(local_dir / member.name)
+            proc.wait(timeout=timeout_s)
         except tarfile.TarError as err:
             proc.kill()
-            stderr = text_of(proc.stderr.read() if proc.stderr else b"")
-            reason = last_line(stderr) if stderr.strip() else str(err)
-            raise FetchError(f"{host}: cannot fetch {remote_dir}: {reason}") from None
-        try:
-            proc.wait(timeout=timeout_s)
+            broken = str(err)  # the reason when the node's side said nothing
         except subprocess.TimeoutExpired:
             proc.kill()
             raise FetchError(f"{host}: fetching {remote_dir} took over {timeout_s:g}s") from None
-        if proc.returncode != 0:
-            stderr = text_of(proc.stderr.read() if proc.stderr else b"")
-            raise FetchError(f"{host}: cannot fetch {remote_dir}: {last_line(stderr)}")
+        if broken or proc.returncode != 0:
+            stderr = text_of(proc.stderr.read())
+            reason = last_line(stderr) if stderr.strip() or not broken else broken
+            raise FetchError(f"{host}: cannot fetch {remote_dir}: {reason}")
     return sorted(p.resolve() for p in names)
 
 
