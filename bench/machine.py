@@ -2,7 +2,7 @@
 across nodes, the Horovod build, and the route toward the rendezvous host.
 
 One module answers it for every caller: local detection (`local_environment`, for this
-machine), the multi-node survey (`survey`, run on each node by python -m bench.launchers.on_node)
+machine), the multi-node survey (`survey`, run on each node by bench.launchers.cluster)
 and the version comparison (bench.launchers.versions, over `NodeInfo`s). What a machine offers
 to a sweep (`Environment`, with its `HorovodStatus`) is derived from NodeInfos in one place
 (`environment_of`), so bf16 and TF32 support mean the same on one machine and on a cluster.

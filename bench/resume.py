@@ -23,9 +23,9 @@ from typing import Any
 
 from bench.admission import saved_problems
 from bench.config import BenchConfig, ConfigError, Request
-from bench.hosts import ClusterConfig, host_names
+from bench.hosts import ClusterConfig
 from bench.launchers import SWEEP_TAG_VAR, RemoteError
-from bench.launchers.sites import last_line, on_all, run_on_host, site_for, slurm_allocation
+from bench.launchers.sites import last_line, on_all, run_on_host, site_for
 from bench.launchers.stop import STOP, StopPolicy, stop_script, stop_tagged
 from bench.options import explicit_options
 from bench.results import ResultStore, StoreError
@@ -96,8 +96,7 @@ def stop_on_hosts(
     if cluster is None or not sweep_id:
         return {}
     try:
-        site = site_for(cluster)
-        hosts = slurm_allocation()[1] if cluster.slurm else host_names(cluster.placement)
+        site, hosts = site_for(cluster)
     except RemoteError as exc:
         raise _refused(str(exc)) from None
     script = stop_script(SWEEP_TAG_VAR, sweep_id, policy, describe=True)

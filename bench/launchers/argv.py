@@ -1,12 +1,11 @@
 """The torchrun and horovodrun command lines: built here, once, for every backend.
 
-`torchrun_argv` is one node's torchrun agent (all nodes meet at a c10d rendezvous);
-`horovodrun_argv` is the one horovodrun that starts every rank (-H host:slots);
-`node_argv` is one node's command line for a launch: one of those, a process started without a
-launcher (DataParallel's single process, a TensorFlow worker on each node, which finds the
-others through TF_CONFIG), or the per-gpu launcher's spawner on each node, one independent rank
-per GPU. The local and multi-node backends call it with their own values: this machine and a
-free port, or the surveyed nodes' addresses.
+`node_argv` is one node's command line for a launch: its torchrun agent (all nodes meet at a
+c10d rendezvous), the one horovodrun that starts every rank (-H host:slots), a process started
+without a launcher (DataParallel's single process, a TensorFlow worker on each node, which
+finds the others through TF_CONFIG), or the per-gpu launcher's spawner on each node, one
+independent rank per GPU. The local and multi-node backends call it with their own values: this
+machine and a free port, or the surveyed nodes' addresses.
 
 Pure functions of their arguments: building a command changes nothing and starts nothing.
 """
@@ -16,7 +15,7 @@ from __future__ import annotations
 import shutil
 import socket
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -47,18 +46,10 @@ class Tools:
     horovodrun: str = field(default_factory=_default_horovodrun)
     tensorflow: str = ""  # the interpreter with TensorFlow when not `python` (bench.machine)
 
-    def python_for(self, framework: str) -> str:
-        """The interpreter that runs ranks of `framework` (a launcher kind's)."""
-        return (self.tensorflow or self.python) if framework == TENSORFLOW_PACKAGE else self.python
-
-    @classmethod
-    def beside(cls, python: str) -> Tools:
-        """The tools of the environment that `python` belongs to."""
-        return cls(python=python, horovodrun=str(Path(python).with_name("horovodrun")))
-
 
 class Enclosure(Protocol):
-    """What a wrapped command started around its processes, stopped before them."""
+    """What a wrapped command started around its processes (bench.launchers.docker's
+    RunningContainer), stopped before them."""
 
     def stop(self, policy: StopPolicy) -> None:
         """Stop it from this machine."""
@@ -77,51 +68,6 @@ class NodeCommand:
     enclosure: Enclosure | None = None  # what a wrapper started around it, for stopping
 
 
-class Wrap(Protocol):
-    """How one launch's commands run where its wrapper puts them (bench.launchers.docker)."""
-
-    def tools(self, tools: Tools) -> Tools:
-        """The launchers as the wrapped command finds them, instead of `tools`."""
-
-    def command(
-        self,
-        command: NodeCommand,
-        *,
-        bench_root: str,
-        unique: str = "",
-        writable: Sequence[str] = (),
-        environ: Mapping[str, str] = ...,
-    ) -> NodeCommand:
-        """`command` (built with `tools(...)`) wrapped; bench_root: the bench checkout there,
-        writable: host paths the command writes, environ: what its ranks would inherit."""
-
-
-class Wrapper(Protocol):
-    """What wraps a sweep's launches (bench.launchers.docker), asked once per launch."""
-
-    def around(self, launch: Launch, across_nodes: bool = False) -> Wrap:
-        """The launch's wrap; across_nodes: its nodes are reached through a site."""
-
-
-class Unwrapped:
-    """Launches run as built, on the host (the wrapper of a host-only sweep and its one wrap); a
-    launch that asks for an image was never checked."""
-
-    def around(self, launch: Launch, across_nodes: bool = False) -> Unwrapped:
-        if launch.image:
-            raise ValueError(f"image {launch.image!r} was not checked before the sweep")
-        return self
-
-    def tools(self, tools: Tools) -> Tools:
-        return tools
-
-    def command(self, command: NodeCommand, **_: object) -> NodeCommand:
-        return command
-
-
-BARE = Unwrapped()
-
-
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -130,81 +76,6 @@ def free_port() -> int:
 
 def rendezvous_endpoint(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"  # brackets: an IPv6 address
-
-
-def torchrun_argv(
-    python: str,
-    *,
-    nnodes: int,
-    nproc_per_node: int,
-    endpoint: str,
-    rdzv_id: str,
-    module: str,
-    args: Sequence[str],
-    is_host: bool | str,
-    local_addr: str = "",
-    log_dir: str = "",
-    join_timeout_s: int = JOIN_TIMEOUT_S,
-) -> list[str]:
-    """One node's torchrun agent.
-
-    is_host: whether this node runs the c10d store (the first node does; "1"/"0" or a shell
-    variable). local_addr: the address the node advertises to the others (multi-node).
-    log_dir: where each rank's output also goes on the node (--tee=3 keeps the console copy).
-    """
-    host_flag = ("1" if is_host else "0") if isinstance(is_host, bool) else is_host
-    argv = [
-        python,
-        "-m",
-        "torch.distributed.run",
-        f"--nnodes={nnodes}",
-        f"--nproc-per-node={nproc_per_node}",
-        "--rdzv-backend=c10d",
-        f"--rdzv-endpoint={endpoint}",
-        f"--rdzv-id={rdzv_id}",
-        f"--rdzv-conf=is_host={host_flag},join_timeout={join_timeout_s}",
-        "--max-restarts=0",
-    ]
-    if local_addr:
-        argv.append(f"--local-addr={local_addr}")
-    if log_dir:
-        argv += [f"--log-dir={log_dir}", "--tee=3"]
-    return [*argv, "--module", module, *args]
-
-
-def horovodrun_argv(
-    horovodrun: str,
-    python: str,
-    *,
-    np: int,
-    hosts: str,
-    module: str,
-    args: Sequence[str],
-    network_interfaces: str = "",
-    ssh_port: int | None = None,
-    ssh_identity_file: str | None = None,
-    start_timeout_s: int = JOIN_TIMEOUT_S,
-) -> list[str]:
-    """The horovodrun that starts all `np` ranks on `hosts` ("node1:8,node2:8"), the other
-    nodes' over ssh (its own ssh: port and key), with the Gloo controller on every backend (the
-    environment check requires Horovod built with Gloo; GPU tensors still go through NCCL)."""
-    argv = [
-        horovodrun,
-        "-np",
-        str(np),
-        "-H",
-        hosts,
-        "--gloo",
-        "--start-timeout",
-        str(start_timeout_s),
-    ]
-    if network_interfaces:
-        argv += ["--network-interfaces", network_interfaces]
-    if ssh_port is not None:
-        argv += ["-p", str(ssh_port)]
-    if ssh_identity_file:
-        argv += ["--ssh-identity-file", ssh_identity_file]
-    return [*argv, python, "-m", module, *args]
 
 
 def node_argv(
@@ -219,40 +90,51 @@ def node_argv(
     ssh_port: int | None = None,
     ssh_identity_file: str | None = None,
 ) -> list[str]:
-    """Node `index`'s command line for `launch`, the same on every backend: its torchrun agent
-    (meeting at `endpoint`; the first node hosts the store), the per-gpu spawner (the slots of
-    the nodes before it come first), the one process of a launcher without one, or horovodrun,
-    which the first node runs for every rank (its ssh options and interfaces)."""
+    """Node `index`'s command line for `launch`, the same on every backend: the one process of a
+    launcher without one, the per-gpu spawner (the slots of the nodes before it come first),
+    horovodrun, which the first node runs for every rank, or its torchrun agent.
+
+    horovodrun reaches the other nodes over its own ssh (ssh_port, ssh_identity_file) and uses
+    the Gloo controller on every backend (the environment check requires Horovod built with
+    Gloo; GPU tensors still go through NCCL). Each node's torchrun agent meets the others at
+    `endpoint` (the first node hosts the c10d store), advertises `local_addr` to them
+    (multi-node), and also writes each rank's output to log_dir on the node (--tee=3 keeps the
+    console copy).
+    """
     node = launch.placement[index]
     kind = launch.kind
     module = ["-m", launch.module, *launch.args]
     if kind.argv in (Argv.PLAIN, Argv.PER_NODE):  # no launcher: it drives its node's GPUs
-        return [tools.python_for(kind.framework), *module]
+        tensorflow = kind.framework == TENSORFLOW_PACKAGE
+        return [(tools.tensorflow or tools.python) if tensorflow else tools.python, *module]
     if kind.argv is Argv.PER_GPU:  # the spawner (bench.launchers.per_gpu), one rank per GPU
         first_slot = sum(n.slots for n in launch.placement[:index])
         gpus = ["--gpus", str(node.slots), "--first-slot", str(first_slot)]
         return [tools.python, "-m", PER_GPU_MODULE, *gpus, "--", tools.python, *module]
     if kind.argv is Argv.HOROVODRUN:
-        return horovodrun_argv(
-            tools.horovodrun,
-            tools.python,
-            np=launch.world_size,
-            hosts=launch.hosts,
-            module=launch.module,
-            args=launch.args,
-            network_interfaces=network_interfaces,
-            ssh_port=ssh_port,
-            ssh_identity_file=ssh_identity_file,
-        )
-    return torchrun_argv(
+        argv = [tools.horovodrun, "-np", str(launch.world_size), "-H", launch.hosts, "--gloo"]
+        argv += ["--start-timeout", str(JOIN_TIMEOUT_S)]
+        if network_interfaces:
+            argv += ["--network-interfaces", network_interfaces]
+        if ssh_port is not None:
+            argv += ["-p", str(ssh_port)]
+        if ssh_identity_file:
+            argv += ["--ssh-identity-file", ssh_identity_file]
+        return [*argv, tools.python, *module]
+    argv = [
         tools.python,
-        nnodes=launch.nodes,
-        nproc_per_node=node.slots,
-        endpoint=endpoint,
-        rdzv_id=launch.launch_id,
-        module=launch.module,
-        args=launch.args,
-        is_host=index == 0,
-        local_addr=local_addr,
-        log_dir=log_dir,
-    )
+        "-m",
+        "torch.distributed.run",
+        f"--nnodes={launch.nodes}",
+        f"--nproc-per-node={node.slots}",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint={endpoint}",
+        f"--rdzv-id={launch.launch_id}",
+        f"--rdzv-conf=is_host={int(index == 0)},join_timeout={JOIN_TIMEOUT_S}",
+        "--max-restarts=0",
+    ]
+    if local_addr:
+        argv.append(f"--local-addr={local_addr}")
+    if log_dir:
+        argv += [f"--log-dir={log_dir}", "--tee=3"]
+    return [*argv, "--module", launch.module, *launch.args]

@@ -37,21 +37,12 @@ from bench.launchers import (
     rank_environment,
     socket_ifname_var,
 )
-from bench.launchers.argv import (
-    NodeCommand,
-    Tools,
-    Unwrapped,
-    Wrap,
-    Wrapper,
-    node_argv,
-    rendezvous_endpoint,
-)
+from bench.launchers.argv import NodeCommand, Tools, node_argv, rendezvous_endpoint
+from bench.launchers.docker import DockerWrapper, InImage, Unwrapped
 from bench.launchers.multinode import MultiNodeResult, run_on_nodes
-from bench.launchers.on_node import MODULE as NODE_MODULE
 from bench.launchers.sites import (
     FetchError,
     HostUnreachableError,
-    Site,
     SlurmSite,
     check_reachable,
     fetch_dir,
@@ -62,7 +53,6 @@ from bench.launchers.sites import (
     run_on_host,
     shell_command,
     site_for,
-    slurm_allocation,
     ssh_options_for,
 )
 from bench.launchers.stop import STOP, StopPolicy
@@ -72,48 +62,20 @@ from bench.paths import SweepPaths, bench_pythonpath
 from bench.shared.tf_rules import TF_CONFIG_VAR, tf_config
 from bench.spec import HostSlots, Placement, ProbeSpec, RunSpec, format_hosts
 
+# Run on each node (through its site, from its bench checkout) before a sweep: the node's facts
+# (bench.machine.survey) as one marked JSON line, with its interface and address toward the first
+# host, the rendezvous host.
+NODE_SURVEY = (
+    "import sys; from bench.machine import survey, survey_line; "
+    "print(survey_line(survey(sys.argv[1])), flush=True)"
+)
+
 
 def parse_survey_output(host: str, stdout: str) -> NodeInfo:
     records = survey_records(stdout.splitlines())
     if not records:
         raise RemoteError(f"{host}: the node survey printed no result:\n{stdout[-2000:]}")
     return NodeInfo.from_survey(host, records[0])
-
-
-def collect_node_info(
-    hosts: Sequence[str],
-    site: Site,
-    python: str,
-    *,
-    workdir: str | None,
-    timeout_s: float = 120,
-) -> dict[str, NodeInfo]:
-    """Survey every node at once; a node that cannot run the survey is a RemoteError."""
-    # python -m bench.launchers.on_node survey TARGET, from the bench checkout on each node
-    env = {"PYTHONPATH": bench_pythonpath(workdir)} if workdir else None
-    command = shell_command([python, "-m", NODE_MODULE, "survey", hosts[0]], env, workdir)
-    results = on_all(hosts, lambda h: run_on_host(h, command, site, timeout_s))
-    failed = {h: r for h, r in results.items() if r.returncode != 0}
-    if failed:
-        lines = [
-            f"  {h}: rc={r.returncode}: {last_line(r.stderr or r.stdout)}"
-            for h, r in failed.items()
-        ]
-        raise RemoteError(
-            f"cannot run the bench on {len(failed)} node(s) ({python} -m {NODE_MODULE} in "
-            f"{workdir or 'the login directory'}):\n"
-            + "\n".join(lines)
-            + "\nEvery node needs the same Python environment and bench checkout at the same "
-            "paths (playbooks/bench.yml puts them there; see --remote-python/--remote-workdir)."
-        )
-    infos = {h: parse_survey_output(h, r.stdout) for h, r in results.items()}
-    unrouted = {h: i.route_error for h, i in infos.items() if i.route_error}
-    if unrouted:
-        raise HostUnreachableError(
-            "nodes without a route to the rendezvous host:\n"
-            + "\n".join(f"  {h}: {e}" for h, e in unrouted.items())
-        )
-    return infos
 
 
 class ClusterLauncher:
@@ -128,31 +90,47 @@ class ClusterLauncher:
     ) -> None:
         self.cluster = cluster
         self.ssh = ssh_options_for(cluster)  # horovodrun's, under Slurm too
-        self.site: Site = site_for(cluster, environ)
-        # the hosts: --hosts', or the allocation's nodes in Slurm's order
-        self.hosts = (
-            slurm_allocation(environ)[1] if cluster.slurm else host_names(cluster.placement)
-        )
-        self.tools = Tools.beside(cluster.remote_python)
+        self.site, self.hosts = site_for(cluster, environ)
+        python = cluster.remote_python  # and the horovodrun beside it
+        self.tools = Tools(python, str(Path(python).with_name("horovodrun")))
         self.policy = policy
         self.infos: dict[str, NodeInfo] = {}
         self.gpu = False
-        self.wrapper: Wrapper = Unwrapped()  # what wraps each launch, set before the sweep
+        self.wrapper = DockerWrapper()  # what wraps each launch, set before the sweep
         self.forwarded = {k: v for k, v in environ.items() if k.startswith(FORWARDED_PREFIXES)}
 
     # ---- before the sweep
 
     def survey(self, timeout_s: float = 180) -> dict[str, NodeInfo]:
-        """Reachability, then every node's versions and route to the first host."""
+        """Reachability, then every node's versions and route to the first host, surveyed on
+        every node at once; a node that cannot run the survey is a RemoteError."""
         check_reachable(self.hosts, self.site)
-        self.infos = collect_node_info(
-            self.hosts,
-            self.site,
-            self.cluster.remote_python,
-            workdir=self.cluster.remote_workdir,
-            timeout_s=timeout_s,
-        )
-        return self.infos
+        python, workdir = self.cluster.remote_python, self.cluster.remote_workdir
+        env = {"PYTHONPATH": bench_pythonpath(workdir)} if workdir else None
+        command = shell_command([python, "-c", NODE_SURVEY, self.hosts[0]], env, workdir)
+        results = on_all(self.hosts, lambda h: run_on_host(h, command, self.site, timeout_s))
+        failed = {h: r for h, r in results.items() if r.returncode != 0}
+        if failed:
+            lines = [
+                f"  {h}: rc={r.returncode}: {last_line(r.stderr or r.stdout)}"
+                for h, r in failed.items()
+            ]
+            raise RemoteError(
+                f"cannot run the bench on {len(failed)} node(s) (its survey, {python} -c "
+                f"'from bench.machine import survey ...', in {workdir or 'the login directory'}):\n"
+                + "\n".join(lines)
+                + "\nEvery node needs the same Python environment and bench checkout at the same "
+                "paths (playbooks/bench.yml puts them there; see --remote-python/--remote-workdir)."
+            )
+        infos = {h: parse_survey_output(h, r.stdout) for h, r in results.items()}
+        unrouted = {h: i.route_error for h, i in infos.items() if i.route_error}
+        if unrouted:
+            raise HostUnreachableError(
+                "nodes without a route to the rendezvous host:\n"
+                + "\n".join(f"  {h}: {e}" for h, e in unrouted.items())
+            )
+        self.infos = infos
+        return infos
 
     def environment(self, local: Environment) -> Environment:
         """What the nodes offer, in the shape validation expects (the smallest node counts)."""
@@ -227,26 +205,12 @@ class ClusterLauncher:
         placement = launch.placement
         base = rank_environment(launch.threads_per_rank, launch.device, launch.sweep_id)
         env = self.node_env(placement)
-        first = placement[0].host
         wrap = self.wrapper.around(launch, across_nodes=True)
-        if kind.argv is Argv.HOROVODRUN:
-            # On one node horovodrun's hosts are all local, and horovod 0.28.1 then looks for
-            # the interface holding 127.0.0.1 among --network-interfaces (runner/driver/
-            # driver_service.py, get_local_interfaces): naming the node's own interface fails.
-            nics = ",".join(self._interfaces(placement)) if len(placement) > 1 else ""
-            argv = node_argv(
-                launch,
-                0,
-                self.tools,
-                endpoint="",
-                network_interfaces=nics,
-                ssh_port=self.ssh.port,
-                ssh_identity_file=self.ssh.identity_file,
-            )
-            return [NodeCommand(first, tuple(argv), {**base, **env[first]})]
         log_dirs = self.rank_log_dirs(launch, tag)
         commands = []
-        for index, node in enumerate(placement):
+        # horovodrun runs on the first node only, and starts every rank
+        nodes = placement[:1] if kind.argv is Argv.HOROVODRUN else placement
+        for index, node in enumerate(nodes):
             argv, own = self.node_argv(launch, index, wrap, log_dirs.get(node.host, ""))
             command = NodeCommand(node.host, tuple(argv), {**base, **env[node.host], **own})
             wrapped = wrap.command(  # its rank logs stay in the node's scratch
@@ -264,7 +228,7 @@ class ClusterLauncher:
         return self.infos[host].address or ""
 
     def node_argv(
-        self, launch: Launch, index: int, wrap: Wrap, log_dir: str
+        self, launch: Launch, index: int, wrap: InImage | Unwrapped, log_dir: str
     ) -> tuple[list[str], dict[str, str]]:
         """Node `index`'s command line (bench.launchers.argv.node_argv) and the variables only
         it gets: a TensorFlow worker's TF_CONFIG, naming every node's worker at the address the
@@ -279,6 +243,10 @@ class ClusterLauncher:
             if launch.nodes > 1:
                 workers = [self._address(n.host) or n.host for n in placement]
                 own[TF_CONFIG_VAR] = tf_config(workers, self.cluster.rdzv_port, index)
+        # On one node horovodrun's hosts are all local, and horovod 0.28.1 then looks for the
+        # interface holding 127.0.0.1 among --network-interfaces (runner/driver/
+        # driver_service.py, get_local_interfaces): naming the node's own interface fails.
+        nics = ",".join(self._interfaces(placement)) if len(placement) > 1 else ""
         argv = node_argv(
             launch,
             index,
@@ -286,6 +254,9 @@ class ClusterLauncher:
             endpoint=rendezvous_endpoint(placement[0].host, self.cluster.rdzv_port),
             local_addr=self._address(host),
             log_dir=log_dir,
+            network_interfaces=nics,
+            ssh_port=self.ssh.port,
+            ssh_identity_file=self.ssh.identity_file,
         )
         return argv, own
 

@@ -10,24 +10,17 @@ import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import BinaryIO
 
-from bench.launchers import (
-    ExecResult,
-    Launch,
-    launch_of,
-    rank_environment,
-)
+from bench.launchers import ExecResult, Launch, launch_of, rank_environment
 from bench.launchers.argv import (
     Enclosure,
     NodeCommand,
     Tools,
-    Unwrapped,
-    Wrapper,
     free_port,
     node_argv,
     rendezvous_endpoint,
 )
+from bench.launchers.docker import DockerWrapper
 from bench.launchers.stop import STOP, StopPolicy, stop_tree
 from bench.machine import tensorflow_env
 from bench.paths import REPO_ROOT
@@ -57,20 +50,6 @@ def _interrupts_held() -> Iterator[None]:
             signal.signal(sig, handler)
         for signum in held:
             signal.raise_signal(signum)  # to this thread: the handler restored above runs now
-
-
-def _start(argv: Sequence[str], env: Mapping[str, str], log: BinaryIO) -> subprocess.Popen:
-    log.write(("$ " + " ".join(argv) + "\n").encode())
-    log.flush()
-    return subprocess.Popen(
-        list(argv),
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        env={**os.environ, **env},
-        start_new_session=True,
-        preexec_fn=die_with_parent,  # killed with the controller, even by SIGKILL
-    )
 
 
 def execute(
@@ -103,8 +82,18 @@ def execute(
     proc: subprocess.Popen | None = None
     with open(log_path, "wb") as log:
         try:
+            log.write(("$ " + " ".join(argv) + "\n").encode())
+            log.flush()
             with _interrupts_held():
-                proc = _start(argv, env, log)
+                proc = subprocess.Popen(
+                    list(argv),
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    env={**os.environ, **env},
+                    start_new_session=True,
+                    preexec_fn=die_with_parent,  # killed with the controller, even by SIGKILL
+                )
             proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             timed_out = True
@@ -128,11 +117,11 @@ class LocalLauncher:
         self,
         tools: Tools | None = None,
         policy: StopPolicy = STOP,
-        wrapper: Wrapper | None = None,
+        wrapper: DockerWrapper | None = None,
     ) -> None:
         self.tools = tools or Tools(tensorflow=tensorflow_env()[0])
         self.policy = policy
-        self.wrapper = wrapper or Unwrapped()
+        self.wrapper = wrapper or DockerWrapper()
 
     def command(self, launch: Launch, port: int | None = None) -> NodeCommand:
         if launch.nodes != 1 or launch.placement[0].host != LOCAL_HOST:

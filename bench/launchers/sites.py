@@ -2,14 +2,13 @@
 
 A site turns "run this sh command line on HOST" into a command line for this machine:
 
-- `LocalSite`: this machine, through sh;
 - `SshSite`: --hosts nodes over ssh (a node that is this machine through sh);
 - `SlurmSite`: --slurm, the nodes of the Slurm allocation the sweep runs in, each command an
   `srun` step on its node.
 
-The survey, the version check, the image check, this machine's own commands (run_here), the
-launches, the stop script and copying a node's files back all go through a site; the stop
-policy is bench.launchers.stop's, the same for each. A container is not a site of its own:
+The survey, the version check, the image check, the launches, the stop script and copying a
+node's files back all go through a site (this machine's own commands, `run_here`, through sh);
+the stop policy is bench.launchers.stop's, the same for each. A container is not a site of its own:
 bench.launchers.docker wraps the command a site then runs.
 """
 
@@ -28,11 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from bench.hosts import ClusterConfig, is_local_host
+from bench.hosts import ClusterConfig, host_names, is_local_host
 from bench.launchers import RemoteError
 from bench.launchers.stop import STOP, StopPolicy, node_timeout_argv
 from bench.paths import REPO_ROOT, bench_pythonpath
-from bench.spec import LOCAL_HOST
 
 # Scratch space on every node; the node name is part of the path so nodes sharing /tmp (or a
 # shared filesystem, as the netns test hosts do) never write into each other's directory.
@@ -66,31 +64,24 @@ class SshOptions:
 
     def option_args(self) -> list[str]:
         """The options common to ssh and scp (both take -o/-i/-F; the port flag differs)."""
-        args: list[str] = []
-        if self.config_file:
-            args += ["-F", self.config_file]
         # --ssh-option first: ssh keeps the first value it obtains for each option (ssh_config(5),
         # "For each parameter, the first obtained value will be used"; man.openbsd.org, checked
         # 2026-11-25), so a user's StrictHostKeyChecking=yes or ConnectTimeout=30 wins over ours.
-        for option in self.extra_options:
-            args += ["-o", option]
-        args += [
-            "-o",
+        options = [
+            *self.extra_options,
             "BatchMode=yes",
-            "-o",
             f"ConnectTimeout={self.connect_timeout_s}",
-            "-o",
             f"ServerAliveInterval={self.server_alive_interval_s}",
-            "-o",
             f"ServerAliveCountMax={self.server_alive_count_max}",
-            "-o",
             "StrictHostKeyChecking=accept-new",
         ]
+        args = ["-F", self.config_file] if self.config_file else []
         if self.identity_file:
-            args += ["-i", self.identity_file, "-o", "IdentitiesOnly=yes"]
+            args += ["-i", self.identity_file]
+            options.append("IdentitiesOnly=yes")
         if self.user:
-            args += ["-o", f"User={self.user}"]
-        return args
+            options.append(f"User={self.user}")
+        return args + [word for option in options for word in ("-o", option)]
 
 
 def ssh_argv(host: str, remote_command: str, options: SshOptions) -> list[str]:
@@ -139,18 +130,6 @@ class Site(Protocol):
 
 
 @dataclass(frozen=True)
-class LocalSite:
-    """This machine."""
-
-    how: str = "sh"
-
-    def argv(self, host: str, command: str) -> list[str]:
-        if not is_local_host(host):
-            raise ValueError(f"{host} is not this machine")
-        return ["sh", "-c", command]
-
-
-@dataclass(frozen=True)
 class SshSite:
     """--hosts: each node over ssh with `options`; a node that is this machine through sh."""
 
@@ -159,7 +138,7 @@ class SshSite:
 
     def argv(self, host: str, command: str) -> list[str]:
         if is_local_host(host):
-            return LocalSite().argv(host, command)
+            return ["sh", "-c", command]
         return ssh_argv(host, command, self.options)
 
 
@@ -223,18 +202,33 @@ def slurm_allocation(
     return job_id, nodes
 
 
-def site_for(cluster: ClusterConfig, environ: Mapping[str, str] = os.environ) -> Site:
-    """The site a multi-node sweep's hosts are reached through."""
+def site_for(
+    cluster: ClusterConfig, environ: Mapping[str, str] = os.environ
+) -> tuple[Site, list[str]]:
+    """The site a multi-node sweep's hosts are reached through, and those hosts in order:
+    --hosts', or the nodes of the Slurm allocation in Slurm's order."""
     if cluster.slurm:
-        return SlurmSite(slurm_allocation(environ)[0])
-    return SshSite(ssh_options_for(cluster))
+        job_id, nodes = slurm_allocation(environ)
+        return SlurmSite(job_id), nodes
+    return SshSite(ssh_options_for(cluster)), host_names(cluster.placement)
 
 
 def run_on_host(
     host: str, command: str, site: Site, timeout_s: float
 ) -> subprocess.CompletedProcess[str]:
     """Run a short command on host and capture its output. A timeout is returned as rc 124."""
-    argv = site.argv(host, command)
+    return _captured(site.argv(host, command), timeout_s)
+
+
+def run_here(
+    argv: Sequence[str], timeout_s: float, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """argv on this machine through sh, output captured: a timeout is rc 124, a program that is
+    not there rc 127."""
+    return _captured(["sh", "-c", shell_command(argv, env)], timeout_s)
+
+
+def _captured(argv: list[str], timeout_s: float) -> subprocess.CompletedProcess[str]:
     try:
         return subprocess.run(
             argv, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL
@@ -248,14 +242,6 @@ def run_on_host(
         )
     except OSError as err:
         return subprocess.CompletedProcess(argv, 127, "", f"{argv[0]}: {err.strerror}")
-
-
-def run_here(
-    argv: Sequence[str], timeout_s: float, env: Mapping[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    """argv on this machine through its site (LocalSite), output captured: a timeout is rc 124,
-    a program that is not there rc 127."""
-    return run_on_host(LOCAL_HOST, shell_command(argv, env), LocalSite(), timeout_s)
 
 
 def probe_json(argv: Sequence[str], timeout_s: float) -> dict[str, Any] | str:
@@ -347,27 +333,25 @@ def fetch_dir(
     with subprocess.Popen(
         argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL
     ) as proc:
-        assert proc.stdout is not None
+        assert proc.stdout is not None and proc.stderr is not None
+        names, broken = [], ""
         try:
             with tarfile.open(fileobj=proc.stdout, mode="r|") as archive:
-                names = []
                 for member in archive:
                     archive.extract(member, local_dir, filter="data")
                     if member.isfile():
                         names.append(local_dir / member.name)
+            proc.wait(timeout=timeout_s)
         except tarfile.TarError as err:
             proc.kill()
-            stderr = text_of(proc.stderr.read() if proc.stderr else b"")
-            reason = last_line(stderr) if stderr.strip() else str(err)
-            raise FetchError(f"{host}: cannot fetch {remote_dir}: {reason}") from None
-        try:
-            proc.wait(timeout=timeout_s)
+            broken = str(err)  # the reason when the node's side said nothing
         except subprocess.TimeoutExpired:
             proc.kill()
             raise FetchError(f"{host}: fetching {remote_dir} took over {timeout_s:g}s") from None
-        if proc.returncode != 0:
-            stderr = text_of(proc.stderr.read() if proc.stderr else b"")
-            raise FetchError(f"{host}: cannot fetch {remote_dir}: {last_line(stderr)}")
+        if broken or proc.returncode != 0:
+            stderr = text_of(proc.stderr.read())
+            reason = last_line(stderr) if stderr.strip() or not broken else broken
+            raise FetchError(f"{host}: cannot fetch {remote_dir}: {reason}")
     return sorted(p.resolve() for p in names)
 
 

@@ -48,16 +48,6 @@ def _signal_all(procs: Sequence[psutil.Process], sig: int) -> None:
             proc.send_signal(sig)
 
 
-def _running(procs: Sequence[psutil.Process]) -> list[psutil.Process]:
-    """Those still running: a zombie has exited, only its parent has yet to reap it."""
-    running = []
-    for proc in procs:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            if proc.status() != psutil.STATUS_ZOMBIE:
-                running.append(proc)
-    return running
-
-
 def _descendants(pid: int) -> list[psutil.Process]:
     try:
         return psutil.Process(pid).children(recursive=True)
@@ -65,12 +55,19 @@ def _descendants(pid: int) -> list[psutil.Process]:
         return []
 
 
-def _wait_gone(procs: Sequence[psutil.Process], seconds: float) -> list[psutil.Process]:
-    """Wait up to `seconds` for the processes to end; returns those still running."""
+def _wait_gone(procs: Sequence[psutil.Process], seconds: float = 0) -> list[psutil.Process]:
+    """Wait up to `seconds` for the processes to end; returns those still running (a zombie has
+    exited, only its parent has yet to reap it)."""
     deadline = time.monotonic() + seconds
-    while (running := _running(procs)) and time.monotonic() < deadline:
+    while True:
+        running = []
+        for proc in procs:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                if proc.status() != psutil.STATUS_ZOMBIE:
+                    running.append(proc)
+        if not running or time.monotonic() >= deadline:
+            return running
         time.sleep(0.05)
-    return running
 
 
 def stop_tree(proc: subprocess.Popen, policy: StopPolicy = STOP) -> None:
@@ -84,7 +81,7 @@ def stop_tree(proc: subprocess.Popen, policy: StopPolicy = STOP) -> None:
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=policy.grace_s)
     # what is left of the tree, and what its processes started during the grace period
-    survivors = _running(list(dict.fromkeys([*tree, *_descendants(proc.pid)])))
+    survivors = _wait_gone(list(dict.fromkeys([*tree, *_descendants(proc.pid)])))
     if proc.poll() is None:
         proc.send_signal(policy.last)
     _signal_all(survivors, policy.last)

@@ -8,6 +8,8 @@ summaries into a run's row (the controller calls it). Pure data apart from the s
 from __future__ import annotations
 
 import contextlib
+import functools
+import operator
 import os
 import sys
 import threading
@@ -51,22 +53,25 @@ class Sample:
     reasons_mask: int
 
 
+# Each summary field: the Sample attribute it summarises and how values combine (a rank's
+# samples, then the ranks' summaries).
+_SUMMARY: dict[str, tuple[str, Callable[[list[float]], float]]] = {
+    "sm_clock_mhz_mean": ("sm_clock_mhz", lambda v: sum(v) / len(v)),
+    "sm_clock_mhz_min": ("sm_clock_mhz", min),
+    "power_w_mean": ("power_w", lambda v: sum(v) / len(v)),
+    "power_w_max": ("power_w", max),
+    "temperature_c_max": ("temperature_c", max),
+}
+
+
 def summarise_samples(samples: Iterable[Sample]) -> dict[str, Any]:
     """Mean/min clock, mean/max power, max temperature and every clock-event reason seen."""
     items = list(samples)
     if not items:
         return {}
-    mask = 0
-    for s in items:
-        mask |= s.reasons_mask
-    return {
-        "sm_clock_mhz_mean": sum(s.sm_clock_mhz for s in items) / len(items),
-        "sm_clock_mhz_min": min(s.sm_clock_mhz for s in items),
-        "power_w_mean": sum(s.power_w for s in items) / len(items),
-        "power_w_max": max(s.power_w for s in items),
-        "temperature_c_max": max(s.temperature_c for s in items),
-        "throttle_reasons": decode_throttle_reasons(mask),
-    }
+    mask = functools.reduce(operator.or_, (s.reasons_mask for s in items))
+    summary = {k: combine([getattr(s, a) for s in items]) for k, (a, combine) in _SUMMARY.items()}
+    return {**summary, "throttle_reasons": decode_throttle_reasons(mask)}
 
 
 def merge_telemetry(per_rank: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -74,15 +79,8 @@ def merge_telemetry(per_rank: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     ranks = [t for t in per_rank if t]
     if not ranks:
         return {}
-    reasons = sorted({r for t in ranks for r in t["throttle_reasons"]})
-    return {
-        "sm_clock_mhz_mean": sum(t["sm_clock_mhz_mean"] for t in ranks) / len(ranks),
-        "sm_clock_mhz_min": min(t["sm_clock_mhz_min"] for t in ranks),
-        "power_w_mean": sum(t["power_w_mean"] for t in ranks) / len(ranks),
-        "power_w_max": max(t["power_w_max"] for t in ranks),
-        "temperature_c_max": max(t["temperature_c_max"] for t in ranks),
-        "throttle_reasons": reasons,
-    }
+    merged = {k: combine([t[k] for t in ranks]) for k, (_, combine) in _SUMMARY.items()}
+    return {**merged, "throttle_reasons": sorted({r for t in ranks for r in t["throttle_reasons"]})}
 
 
 def nvml_handle(pynvml: Any, cuda_device: int) -> Any:

@@ -11,7 +11,7 @@ from bench_builders import config_for, cpu_machine
 
 from bench.hosts import ClusterConfig
 from bench.launchers import launch_of
-from bench.launchers.argv import Tools, horovodrun_argv, torchrun_argv
+from bench.launchers.argv import Tools, node_argv
 from bench.launchers.cluster import ClusterLauncher
 from bench.launchers.local import LocalLauncher
 from bench.launchers.sites import REMOTE_SCRATCH
@@ -56,36 +56,34 @@ def test_torchrun_argv_is_the_builders_on_every_backend() -> None:
     spec = spec_for("ddp")
     local, ssh = backends()
     launch = launch_of(spec)
-    same = {
-        "nnodes": 1,
-        "nproc_per_node": 2,
-        "rdzv_id": spec.run_id,
-        "module": "bench.rank.worker",
-        "args": ["--spec", spec.encode()],
-    }
-    assert list(local.command(launch, port=29511).argv) == torchrun_argv(
-        PY, **same, endpoint="localhost:29511", is_host=True
+    tools = Tools(PY, HVD)
+    assert list(local.command(launch, port=29511).argv) == node_argv(
+        launch, 0, tools, endpoint="localhost:29511"
     )
     (over_ssh,) = ssh.commands(launch, "gsb-x")
-    assert list(over_ssh.argv) == torchrun_argv(
-        PY,
-        **same,
+    assert list(over_ssh.argv) == node_argv(
+        launch,
+        0,
+        tools,
         endpoint="localhost:29400",
-        is_host=True,
         local_addr="127.0.0.1",
         log_dir=f"{REMOTE_SCRATCH}/gsb-x/localhost",
     )
+    assert over_ssh.argv[:3] == (PY, "-m", "torch.distributed.run")
+    assert "--rdzv-id=" + spec.run_id in over_ssh.argv
+    assert over_ssh.argv[-3:] == ("bench.rank.worker", "--spec", spec.encode())
 
 
 def test_horovodrun_argv_is_the_builders_on_every_backend() -> None:
     spec = spec_for("horovod")
     local, ssh = backends()
     launch = launch_of(spec)
-    same = {"np": 2, "module": "bench.rank.worker", "args": ["--spec", spec.encode()]}
-    assert list(local.command(launch).argv) == horovodrun_argv(HVD, PY, **same, hosts="localhost:2")
+    expected = node_argv(launch, 0, Tools(PY, HVD), endpoint="")
+    assert list(local.command(launch).argv) == expected
+    assert expected[:5] == [HVD, "-np", "2", "-H", "localhost:2"]
     (over_ssh,) = ssh.commands(launch, "gsb-y")
     # one node: no --network-interfaces (horovodrun looks for 127.0.0.1's interface among them)
-    assert list(over_ssh.argv) == horovodrun_argv(HVD, PY, **same, hosts="localhost:2")
+    assert list(over_ssh.argv) == expected
 
 
 @pytest.mark.parametrize("launcher", ["ddp", "horovod"])

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import subprocess
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -279,14 +280,23 @@ def test_the_node_stop_script_also_stops_and_removes_the_container() -> None:
 def test_stop_container_signals_waits_then_removes(tmp_path: Path) -> None:
     calls = tmp_path / "calls"
     fake = tmp_path / "docker"
-    # A container that keeps running through the grace period: inspect says so every time.
-    fake.write_text(f'#!/bin/sh\necho "$@" >> {calls}\n[ "$1" = inspect ] && echo true\nexit 0\n')
+    # A container that keeps running through the grace period: docker wait never returns.
+    fake.write_text(f'#!/bin/sh\necho "$@" >> {calls}\n[ "$1" = wait ] && exec sleep 30\nexit 0\n')
     fake.chmod(0o755)
+    started = time.monotonic()
     stop_container("gsb-r0-x", StopPolicy(grace_s=0.5), docker=str(fake))
-    lines = calls.read_text().splitlines()
-    assert lines[0] == "kill --signal=TERM gsb-r0-x"
-    assert lines[-2:] == ["kill --signal=KILL gsb-r0-x", "rm --force gsb-r0-x"]
-    assert all(line.startswith("inspect") for line in lines[1:-2]) and len(lines) > 3
+    assert time.monotonic() - started < 10
+    assert calls.read_text().splitlines() == [
+        "kill --signal=TERM gsb-r0-x",
+        "wait gsb-r0-x",
+        "kill --signal=KILL gsb-r0-x",
+        "rm --force gsb-r0-x",
+    ]
+    # one that exits within the grace period gets no second signal
+    calls.unlink()
+    fake.write_text(f'#!/bin/sh\necho "$@" >> {calls}\n[ "$1" = wait ] && echo 0\nexit 0\n')
+    stop_container("gsb-r0-x", StopPolicy(grace_s=5), docker=str(fake))
+    assert "kill --signal=KILL gsb-r0-x" not in calls.read_text()
 
 
 # ---------------------------------------------------------------- checks before launch
@@ -492,12 +502,12 @@ def test_docker_itself_must_answer(monkeypatch) -> None:  # type: ignore[no-unty
     }
     for reply, expected in cases.items():
         fake = FakeDocker([(["info"], reply)])
-        monkeypatch.setattr(docker, "node_docker", lambda host, site, fake=fake: fake)
+        monkeypatch.setattr(docker, "run_here", fake)
         config = config_for(["--container", f"host,{IMAGE}"], cpu_machine())
         with pytest.raises(ConfigError, match="this machine: " + expected.split(" (")[0]):
             docker.check_images(config, cpu_machine())
     # a host-only sweep asks Docker nothing
-    monkeypatch.setattr(docker, "node_docker", lambda host, site: FakeDocker([]))
+    monkeypatch.setattr(docker, "run_here", FakeDocker([]))
     assert docker.check_images(config_for([], cpu_machine()), cpu_machine()).checked == {}
 
 

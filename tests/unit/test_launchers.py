@@ -20,14 +20,8 @@ from bench_builders import config_for, cpu_machine, gpu_machine
 
 import bench
 from bench.launcher_kinds import TORCH_RANK
-from bench.launchers import PROBE_MODULE, launch_of, rank_environment
-from bench.launchers.argv import (
-    JOIN_TIMEOUT_S,
-    Tools,
-    free_port,
-    horovodrun_argv,
-    torchrun_argv,
-)
+from bench.launchers import PROBE_MODULE, Launch, launch_of, rank_environment
+from bench.launchers.argv import JOIN_TIMEOUT_S, Tools, free_port, node_argv
 from bench.launchers.local import LocalLauncher, execute
 from bench.launchers.stop import (
     StopPolicy,
@@ -45,18 +39,20 @@ QUICK = StopPolicy(grace_s=1.0)
 # ---------------------------------------------------------------- the argv builders
 
 
+def launch(launcher: str, *placement: HostSlots, args: tuple[str, ...] = ()) -> Launch:
+    return Launch("run1", launcher, "bench.rank.worker", args, placement, 1, "cpu")
+
+
 def test_torchrun_argv() -> None:
-    argv = torchrun_argv(
-        "/venv/bin/python",
-        nnodes=2,
-        nproc_per_node=8,
+    two = launch("ddp", HostSlots("node1", 8), HostSlots("node2", 8), args=("--spec", "X"))
+    argv = node_argv(
+        two,
+        0,
+        TOOLS,
         endpoint="node1:29400",
-        rdzv_id="run1",
-        module="bench.rank.worker",
-        args=["--spec", "X"],
-        is_host=True,
         local_addr="10.0.0.1",
         log_dir="/tmp/gpurig-bench/t/node1",
+        network_interfaces="eth0",  # horovodrun's only
     )
     assert argv == [
         "/venv/bin/python",
@@ -77,28 +73,23 @@ def test_torchrun_argv() -> None:
         "--spec",
         "X",
     ]
-    bare = torchrun_argv(
-        "py",
-        nnodes=1,
-        nproc_per_node=1,
-        endpoint="h:1",
-        rdzv_id="r",
-        module="m",
-        args=[],
-        is_host=False,
-    )
-    assert "--rdzv-conf=is_host=0,join_timeout=300" in bare
+    bare = node_argv(launch("ddp", HostSlots("h", 1)), 0, Tools("py"), endpoint="h:1")
+    second = node_argv(two, 1, TOOLS, endpoint="node1:29400")
+    assert "--rdzv-conf=is_host=1,join_timeout=300" in bare
+    assert "--rdzv-conf=is_host=0,join_timeout=300" in second
+    assert "--nnodes=1" in bare and "--nproc-per-node=1" in bare
     assert not [a for a in bare if a.startswith(("--local-addr", "--log-dir", "--tee"))]
 
 
 def test_horovodrun_argv_uses_gloo_and_one_start_timeout_everywhere() -> None:
-    argv = horovodrun_argv(
-        "/venv/bin/horovodrun",
-        "/venv/bin/python",
-        np=16,
-        hosts="node1:8,node2:8",
-        module="bench.rank.worker",
-        args=["--spec", "X"],
+    two = launch("horovod", HostSlots("node1", 8), HostSlots("node2", 8), args=("--spec", "X"))
+    argv = node_argv(
+        two,
+        0,
+        TOOLS,
+        endpoint="",
+        local_addr="10.0.0.1",  # torchrun's only
+        log_dir="/tmp/x",
         network_interfaces="eth0",
         ssh_port=2222,
         ssh_identity_file="/k/id",
@@ -124,7 +115,9 @@ def test_horovodrun_argv_uses_gloo_and_one_start_timeout_everywhere() -> None:
         "--spec",
         "X",
     ]
-    local = horovodrun_argv("h", "py", np=2, hosts="localhost:2", module="m", args=[])
+    local = node_argv(
+        launch("horovod", HostSlots("localhost", 2)), 0, Tools("py", "h"), endpoint=""
+    )
     assert local == [
         "h",
         "-np",
@@ -136,7 +129,7 @@ def test_horovodrun_argv_uses_gloo_and_one_start_timeout_everywhere() -> None:
         "300",
         "py",
         "-m",
-        "m",
+        "bench.rank.worker",
     ]
 
 

@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 
 from bench import machine
-from bench.launchers import on_node as node_cli
-from bench.launchers.cluster import parse_survey_output
+from bench.launchers.cluster import NODE_SURVEY, parse_survey_output
 from bench.launchers.sites import probe_json
 from bench.launchers.versions import (
     VersionMismatchError,
@@ -32,7 +31,7 @@ def node(host: str, **fields: object) -> NodeInfo:
 
 def test_importing_the_facts_and_the_node_cli_loads_no_torch() -> None:
     code = (
-        "import sys, bench.machine, bench.launchers.on_node, bench.launchers.cluster, "
+        "import sys, bench.machine, bench.launchers.cluster, "
         "bench.launchers.sites, bench.launchers.local; print('torch' in sys.modules)"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -154,9 +153,12 @@ def test_a_missing_component_is_a_mismatch_only_when_it_matters() -> None:
 # ---------------------------------------------------------------- the node-side CLI
 
 
-def test_the_node_cli_prints_one_marked_survey_line_with_the_route(capsys) -> None:
-    assert node_cli.main(["survey", "127.0.0.1"]) == 0
-    out = capsys.readouterr().out
+def test_the_node_survey_prints_one_marked_survey_line_with_the_route() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", NODE_SURVEY, "127.0.0.1"], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
     info = parse_survey_output("here", out)
     assert (info.interface, info.address) == ("lo", "127.0.0.1")
     assert out.startswith(machine.SURVEY_MARKER + " ") and len(out.splitlines()) == 1

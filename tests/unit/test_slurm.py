@@ -93,8 +93,8 @@ def test_the_nodes_come_from_the_allocation_in_slurms_order(standins: dict[str, 
 
 
 def test_each_command_is_an_overlapping_srun_step_on_its_node(standins: dict[str, str]) -> None:
-    site = site_for(slurm_cluster(), standins)
-    assert site == SlurmSite("77")
+    site, hosts = site_for(slurm_cluster(), standins)
+    assert site == SlurmSite("77") and hosts == ["nodeA", "nodeB", "nodeC"]
     assert site.argv("nodeB", "echo hi") == [
         "srun",
         "--jobid=77",

@@ -26,7 +26,7 @@ from bench_builders import config_for, cpu_machine, run_row
 from bench import report, rows
 from bench.hosts import ClusterConfig, parse_hosts
 from bench.launchers import RUN_TAG_VAR, ExecResult, launch_of, new_tag
-from bench.launchers.argv import NodeCommand, torchrun_argv
+from bench.launchers.argv import NodeCommand, Tools, node_argv
 from bench.launchers.cluster import ClusterLauncher
 from bench.launchers.multinode import failure_reason, kill_run, run_on_nodes
 from bench.launchers.sites import (
@@ -211,18 +211,16 @@ def test_each_node_advertises_its_address_and_only_the_first_hosts_the_store() -
     first, second = launcher.commands(launch_of(ddp), "gsb-t1")
     assert (first.host, second.host) == ("gpu01", "gpu02")
     for index, (command, address) in enumerate(((first, "10.0.0.1"), (second, "10.0.0.2"))):
-        assert list(command.argv) == torchrun_argv(
-            PY,
-            nnodes=2,
-            nproc_per_node=8,
+        assert list(command.argv) == node_argv(
+            launch_of(ddp),
+            index,
+            Tools(PY),
             endpoint="gpu01:29400",
-            rdzv_id=ddp.run_id,
-            module="bench.rank.worker",
-            args=["--spec", ddp.encode()],
-            is_host=index == 0,
             local_addr=address,
             log_dir=f"{REMOTE_SCRATCH}/gsb-t1/{command.host}",
         )
+        assert f"--rdzv-conf=is_host={int(index == 0)},join_timeout=300" in command.argv
+        assert "--nnodes=2" in command.argv and "--nproc-per-node=8" in command.argv
     assert second.env["GLOO_SOCKET_IFNAME"] == "ens6" and second.env["PYTHONPATH"] == "/srv/bench"
     assert second.env["OMP_NUM_THREADS"] == "1"
     # building twice builds the same thing: the log directory comes from the launch's tag

@@ -27,14 +27,13 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from bench.launchers import FORWARDED_PREFIXES, RUN_TAG_VAR, Launch
-from bench.launchers.argv import BARE, NodeCommand, Tools, Wrap
+from bench.launchers.argv import NodeCommand, Tools
 from bench.launchers.sites import run_here
 from bench.launchers.stop import STOP, StopPolicy
 from bench.paths import bench_pythonpath
@@ -55,22 +54,14 @@ def container_name(launch_id: str, unique: str = "") -> str:
 # ---------------------------------------------------------------- stopping a launch's container
 
 
-def _container_running(name: str, docker: str) -> bool:
-    done = run_here([docker, "inspect", "--format", "{{.State.Running}}", name], 30)
-    return done.returncode == 0 and done.stdout.strip() == "true"
-
-
 def stop_container(name: str, policy: StopPolicy = STOP, docker: str = "docker") -> None:
     """Stop a launch's container: the first signal (its init hands it to torchrun/horovodrun,
-    which stop their ranks), up to the grace period for it to exit, then the last signal and
-    `docker rm --force`, so no container outlives its launch (docker run --rm removes it only
-    when it exits; killing the docker CLI does not stop it)."""
+    which stop their ranks), up to the grace period for it to exit (`docker wait`), then the
+    last signal and `docker rm --force`, so no container outlives its launch (docker run --rm
+    removes it only when it exits; killing the docker CLI does not stop it)."""
     first, last = policy.signal_names()
     run_here([docker, "kill", f"--signal={first}", name], 60)  # a failure is seen below
-    deadline = time.monotonic() + policy.grace_s
-    while time.monotonic() < deadline and _container_running(name, docker):
-        time.sleep(0.2)
-    if _container_running(name, docker):
+    if run_here([docker, "wait", name], policy.grace_s).returncode != 0:  # still running
         run_here([docker, "kill", f"--signal={last}", name], 60)
     run_here([docker, "rm", "--force", name], 60)
 
@@ -162,21 +153,18 @@ class DockerWrapper:
         words = [self.docker, "run", "--rm", "--pull", "never", "--init", "--name", name]
         words += ["--network", "host", "--ipc", "host"]
         words += ["--label", f"{LABEL}={label}"] if label else []
-        for limit in self.ulimits:
-            words += ["--ulimit", limit]
+        words += [w for limit in self.ulimits for w in ("--ulimit", limit)]
         words += ["--gpus", "all"] if self.gpus else []
-        mounts = {os.path.join(bench_root, "bench"): f"{BENCH_MOUNT}/bench"}
-        for source, target in {**mounts, **({data: data} if data else {})}.items():
-            words += ["--volume", f"{source}:{target}:ro"]
-        for path in writable:
-            words += ["--volume", f"{path}:{path}"]
-        for key in sorted(set(passed) | set(PASSED_NAMES)):
-            words += ["--env", key]
+        words += ["--volume", f"{os.path.join(bench_root, 'bench')}:{BENCH_MOUNT}/bench:ro"]
+        words += ["--volume", f"{data}:{data}:ro"] if data else []
+        words += [w for path in writable for w in ("--volume", f"{path}:{path}")]
+        words += [w for key in sorted({*passed, *PASSED_NAMES}) for w in ("--env", key)]
         path = bench_pythonpath(BENCH_MOUNT, image.pythonpath)  # the image's own kept after it
         return [*words, "--env", f"PYTHONPATH={path}", image.digest, *argv]
 
-    def around(self, launch: Launch, across_nodes: bool = False) -> Wrap:
-        """The launch's wrap: as built on the host, or in its pinned image."""
+    def around(self, launch: Launch, across_nodes: bool = False) -> InImage | Unwrapped:
+        """The launch's wrap: as built on the host, or in its pinned image; across_nodes: its
+        nodes are reached through a site."""
         if not launch.image:
             return BARE
         if across_nodes and launch.kind.ssh_to_other_nodes:  # `check` refuses it first
@@ -211,9 +199,23 @@ class DockerWrapper:
         ]
 
 
+class Unwrapped:
+    """A launch's commands as built, on the host."""
+
+    def tools(self, tools: Tools) -> Tools:
+        return tools
+
+    def command(self, command: NodeCommand, **_: object) -> NodeCommand:
+        return command
+
+
+BARE = Unwrapped()
+
+
 @dataclass(frozen=True)
 class InImage:
-    """One launch in its image (bench.launchers.argv.Wrap)."""
+    """One launch in its image: the launchers as the image has them (`tools`), and a command
+    built with them run in it (`command`)."""
 
     wrapper: DockerWrapper
     image: CheckedImage
@@ -232,8 +234,9 @@ class InImage:
         writable: Sequence[str] = (),
         environ: Mapping[str, str] = os.environ,
     ) -> NodeCommand:
-        """`command` run in the launch's image. Its variables stay on the docker CLI and are
-        passed in by name, with those of `environ` the ranks would inherit on the host
+        """`command` run in the launch's image; bench_root: the bench checkout there, writable:
+        host paths the command writes. Its variables stay on the docker CLI and are passed in by
+        name, with those of `environ` the ranks would inherit on the host
         (FORWARDED_PREFIXES); PYTHONPATH is the container's own."""
         forwarded = [k for k in environ if k.startswith(FORWARDED_PREFIXES)]
         passed = [k for k in [*command.env, *forwarded] if k != "PYTHONPATH"]

@@ -21,13 +21,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench.config import BenchConfig, refuse
-from bench.hosts import host_names
 from bench.launcher_kinds import LauncherKind, launcher_kind
 from bench.launchers.docker import CheckedImage, DockerWrapper, container_name
-from bench.launchers.sites import LocalSite, Site, last_line, on_all, run_on_host, site_for
+from bench.launchers.sites import Site, last_line, on_all, run_here, run_on_host, site_for
 from bench.machine import Environment, HorovodStatus, survey_records
 from bench.paths import REPO_ROOT
-from bench.spec import LOCAL_HOST, NO_CONTAINER, container_label
+from bench.spec import NO_CONTAINER, container_label
 
 DockerRun = Callable[[Sequence[str], float], "subprocess.CompletedProcess[str]"]
 
@@ -81,11 +80,8 @@ def pinned_digest(reference: str, inspected: Mapping[str, Any]) -> str:
 
 
 def image_env(inspected: Mapping[str, Any], name: str) -> str:
-    for entry in (inspected.get("Config") or {}).get("Env") or []:
-        key, _, value = entry.partition("=")
-        if key == name:
-            return value
-    return ""
+    env = (inspected.get("Config") or {}).get("Env") or []
+    return dict(entry.partition("=")[::2] for entry in env).get(name, "")
 
 
 def docker_info(machine: Machine) -> tuple[dict[str, Any], str]:
@@ -118,19 +114,6 @@ def inspect_image(machine: Machine, reference: str) -> tuple[dict[str, Any], str
     return dict(json.loads(done.stdout.strip().splitlines()[-1])), ""
 
 
-def runtime_problem(info: Mapping[str, Any], where: str, detail: str) -> str:
-    runtimes = ", ".join(sorted(info.get("Runtimes") or {})) or "none"
-    cdi = (
-        "CDI spec directories " + ", ".join(info.get("CDISpecDirs") or [])
-        if info.get("CDISpecDirs")
-        else "no CDI"
-    )
-    return (
-        f"{where}: Docker cannot pass the GPUs in ({detail}; runtimes: {runtimes}; {cdi}): "
-        + ROLE_HINT
-    )
-
-
 def _docker_failure(
     text: str, reference: str, config: BenchConfig, info: Mapping[str, Any], where: str
 ) -> str:
@@ -142,7 +125,13 @@ def _docker_failure(
             "--container-ulimit stack=67108864, or none"
         )
     if config.device == "cuda" and ("device driver" in text or "nvidia" in text.lower()):
-        return runtime_problem(info, where, text)
+        runtimes = ", ".join(sorted(info.get("Runtimes") or {})) or "none"
+        cdi = ", ".join(info.get("CDISpecDirs") or [])
+        cdi = f"CDI spec directories {cdi}" if cdi else "no CDI"
+        return (
+            f"{where}: Docker cannot pass the GPUs in ({text}; runtimes: {runtimes}; {cdi}): "
+            + ROLE_HINT
+        )
     return f"{where}: docker run {reference} failed: {text}"
 
 
@@ -298,13 +287,11 @@ def check_images(config: BenchConfig, env: Environment) -> DockerWrapper:
     refuse(_refusals(config, references))
     # this machine, or every --hosts node (each over ssh, with its own bench checkout)
     if config.cluster is None:
-        machines = [Machine("this machine", node_docker(LOCAL_HOST, LocalSite()), str(REPO_ROOT))]
+        machines = [Machine("this machine", run_here, str(REPO_ROOT))]
     else:
-        site = site_for(config.cluster)
-        machines = [
-            Machine(h, node_docker(h, site), config.cluster.remote_workdir)
-            for h in host_names(config.cluster.placement)
-        ]
+        site, hosts = site_for(config.cluster)
+        workdir = config.cluster.remote_workdir
+        machines = [Machine(h, node_docker(h, site), workdir) for h in hosts]
     answers = [docker_info(m) for m in machines]
     refuse([why for _, why in answers if why])
     infos, errors = [info for info, _ in answers], []
