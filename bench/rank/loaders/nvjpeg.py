@@ -21,7 +21,6 @@ import random
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -38,27 +37,16 @@ Batch = tuple[torch.Tensor, torch.Tensor]
 EncodedBatch = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # (bytes, lengths, labels)
 
 
-class EncodedImages(torch.utils.data.Dataset[tuple[torch.Tensor, int]]):
-    """(file bytes as a uint8 tensor, label) of each (path, label)."""
-
-    def __init__(self, samples: list[tuple[str, int]]) -> None:
-        self.samples = samples
-
-    def __len__(self) -> int:
-        return len(self.samples)
-
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
-        path, label = self.samples[index]
-        return torch.frombuffer(bytearray(Path(path).read_bytes()), dtype=torch.uint8), label
-
-
-def collate_encoded(items: list[tuple[torch.Tensor, int]]) -> EncodedBatch:
-    """A batch of encoded files as one buffer: (their bytes end to end, each file's length,
-    the labels). A DataLoader worker hands every tensor of a batch to the training process in a
-    shared-memory segment of its own, so a list of 256 files cost 256 segments per batch: on the
-    H100 (docs/results/2026-11-25-h100) that loader delivered 1,838 img/s while the GPU decoded
-    18,485 and augmented 19,474 img/s. Three tensors cost three segments."""
-    files = [data for data, _ in items]
+def collate_encoded(items: list[tuple[str, int]]) -> EncodedBatch:
+    """A batch of (path, label) samples read (in the DataLoader worker) into one buffer: (the
+    files' bytes end to end, each file's length, the labels). A DataLoader worker hands every
+    tensor of a batch to the training process in a shared-memory segment of its own, so a list
+    of 256 files cost 256 segments per batch: on the H100 (docs/results/2026-11-25-h100) that
+    loader delivered 1,838 img/s while the GPU decoded 18,485 and augmented 19,474 img/s. Three
+    tensors cost three segments."""
+    files = [
+        torch.frombuffer(bytearray(Path(path).read_bytes()), dtype=torch.uint8) for path, _ in items
+    ]
     lengths = torch.tensor([len(data) for data in files])
     return torch.cat(files), lengths, torch.tensor([label for _, label in items])
 
@@ -135,52 +123,6 @@ class JpegDecoder:
 AHEAD = 2
 
 
-class _Producer(threading.Thread):
-    """produce(item) for each item into a queue of `depth` batches (see ahead_pipeline); on a
-    GPU on a side stream, each batch with the event that marks it done."""
-
-    def __init__(
-        self,
-        items: Iterator[Any],
-        produce: Callable[[Any], Batch],
-        device: torch.device,
-        depth: int,
-    ) -> None:
-        super().__init__(name="batch-producer", daemon=True)
-        self.items, self.produce, self.device = items, produce, device
-        self.handoff: queue.Queue[tuple[Any, Any]] = queue.Queue(maxsize=depth)
-        self.stop = threading.Event()
-
-    def hand_over(self, entry: tuple[Any, Any]) -> bool:
-        """Queue one entry; False once the consumer has gone."""
-        while not self.stop.is_set():
-            try:
-                self.handoff.put(entry, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def run(self) -> None:
-        cuda = self.device.type == "cuda"
-        if cuda:
-            torch.cuda.set_device(self.device)  # the current device is per thread
-        stream = torch.cuda.Stream(self.device) if cuda else None
-        try:
-            with torch.cuda.stream(stream) if cuda else nullcontext():
-                for item in self.items:
-                    batch = self.produce(item)
-                    done = torch.cuda.Event() if cuda else None
-                    if done is not None:
-                        done.record(stream)
-                    if not self.hand_over((batch, done)):
-                        return
-        except BaseException as exc:  # the consumer raises it
-            self.hand_over((exc, None))
-            return
-        self.hand_over((StopIteration(), None))
-
-
 def ahead_pipeline(
     items: Iterator[Any], produce: Callable[[Any], Batch], device: torch.device, depth: int = AHEAD
 ) -> Iterator[Batch]:
@@ -196,11 +138,42 @@ def ahead_pipeline(
     queueing the next step: 3,367 img/s, 66.8 % of the window waiting for data. From this
     thread: 4,443 img/s, 41.3 % (the model alone 5,577, the loader alone 8,290-8,898).
     """
-    producer = _Producer(items, produce, device, depth)
-    producer.start()
+    handoff: queue.Queue[tuple[Any, Any]] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def hand_over(entry: tuple[Any, Any]) -> bool:
+        """Queue one entry; False once the consumer has gone."""
+        while not stop.is_set():
+            try:
+                handoff.put(entry, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def run() -> None:
+        cuda = device.type == "cuda"
+        if cuda:
+            torch.cuda.set_device(device)  # the current device is per thread
+        stream = torch.cuda.Stream(device) if cuda else None
+        try:
+            with torch.cuda.stream(stream):  # None: no stream to switch to (CPU)
+                for item in items:
+                    batch, done = produce(item), None
+                    if cuda:  # the event that marks the batch done
+                        done = torch.cuda.Event()
+                        done.record(stream)
+                    if not hand_over((batch, done)):
+                        return
+        except BaseException as exc:  # the consumer raises it
+            hand_over((exc, None))
+            return
+        hand_over((StopIteration(), None))
+
+    threading.Thread(target=run, name="batch-producer", daemon=True).start()
     try:
         while True:
-            batch, done = producer.handoff.get()
+            batch, done = handoff.get()
             if isinstance(batch, StopIteration):
                 return
             if isinstance(batch, BaseException):
@@ -212,7 +185,7 @@ def ahead_pipeline(
                     tensor.record_stream(current)  # allocated on the side stream, used here
             yield batch
     finally:
-        producer.stop.set()
+        stop.set()
 
 
 def decoded_batches(
@@ -222,9 +195,8 @@ def decoded_batches(
     images on the rank's device, and augment_batch crops, resizes, flips and normalises them
     there, in the producer thread."""
     _, samples = list_images(request.root)
-    dataset = EncodedImages(samples)
     # the decoders read host memory: nothing to pin
-    shard = sharded_epochs(dataset, request, pin_memory=False, collate_fn=collate_encoded)
+    shard = sharded_epochs(samples, request, pin_memory=False, collate_fn=collate_encoded)
     device = request.device
     # crops and flips: reproducible, different per rank
     rng = random.Random(f"{request.seed}-{request.rank}")
