@@ -15,6 +15,7 @@ tests exercise it; the loader choice refuses `nvjpeg` on CPU sweeps (bench.loade
 
 from __future__ import annotations
 
+import contextlib
 import io
 import queue
 import random
@@ -74,16 +75,13 @@ class JpegDecoder:
         tvio = import_submodule("io")
         self._decode_jpeg = tvio.decode_jpeg
         self._rgb = tvio.ImageReadMode.RGB
-        self._torchvision_cpu = device.type == "cpu" and self._cpu_decoder_loads()
-
-    def _cpu_decoder_loads(self) -> bool:
-        """torchvision's CPU decode_jpeg needs its compiled image extension; with a CUDA build
-        of torchvision beside a CPU torch it does not load (RuntimeError)."""
-        try:
-            self._decode_jpeg(probe_jpeg(8, 8), mode=self._rgb)
-        except RuntimeError:
-            return False
-        return True
+        # torchvision's CPU decode_jpeg needs its compiled image extension; with a CUDA build
+        # of torchvision beside a CPU torch it does not load (RuntimeError)
+        self._torchvision_cpu = False
+        if device.type == "cpu":
+            with contextlib.suppress(RuntimeError):
+                self._decode_jpeg(probe_jpeg(8, 8), mode=self._rgb)
+                self._torchvision_cpu = True
 
     @property
     def backend(self) -> str:
