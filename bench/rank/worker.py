@@ -277,9 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     spec = RunSpec.from_argv(argv, __doc__)
     torch.set_num_threads(spec.threads_per_rank)
     torch.manual_seed(spec.workload.seed)
-    engine = engines.create(
-        spec.launcher, spec.workload, spec.variant.grad_accum, devices=spec.world_size
-    )
+    engine = engines.create(spec.launcher, spec.workload, spec.variant.grad_accum, spec.world_size)
     info = engine.init(spec.workload.device)
     if spec.variant.cpu_affinity:  # before the loader's workers and threads start: they inherit it
         pinned = pin_rank(info.local_rank, info.local_size, info.devices, info.device.type)

@@ -11,6 +11,14 @@ Files nvJPEG cannot decode (ImageNet has a PNG and some CMYK JPEGs named .JPEG) 
 one by one, falling back to PIL on the host for any the GPU refuses. On a CPU device the same
 code runs with torchvision's CPU decoder where its compiled ops load, else PIL: that is how the
 tests exercise it; the loader choice refuses `nvjpeg` on CPU sweeps (bench.loader_support).
+
+The producer is a thread, not the training loop: torchvision's batched GPU decode returns only
+once its own kernels have run, and on a busy GPU they wait behind the training step's. On the
+H100 (docs/results/2026-11-26-h100, commands/decode_sync_probe.py) one call for 256 files held
+its caller 10.5 ms with the GPU idle and 51.6 ms behind 300 ms of queued work (decode and
+augment: 20.9 and 63.5 ms). Called from the training loop, that wait kept the loop from
+queueing the next step: 3,367 img/s, 66.8 % of the window waiting for data. From this
+thread: 4,443 img/s, 41.3 % (the model alone 5,577, the loader alone 8,290-8,898).
 """
 
 from __future__ import annotations
@@ -126,16 +134,7 @@ def ahead_pipeline(
 ) -> Iterator[Batch]:
     """produce(item) for each item, in order, in a thread of its own up to `depth` batches
     ahead of the consumer; on a GPU on a side stream, each batch handed over with an event the
-    consumer's stream waits for.
-
-    A thread, not the training loop: torchvision's batched GPU decode returns only once its own
-    kernels have run, and on a busy GPU they wait behind the training step's. On the H100
-    (docs/results/2026-11-26-h100, commands/decode_sync_probe.py) one call for 256 files held
-    its caller 10.5 ms with the GPU idle and 51.6 ms behind 300 ms of queued work (decode and
-    augment: 20.9 and 63.5 ms). Called from the training loop, that wait kept the loop from
-    queueing the next step: 3,367 img/s, 66.8 % of the window waiting for data. From this
-    thread: 4,443 img/s, 41.3 % (the model alone 5,577, the loader alone 8,290-8,898).
-    """
+    consumer's stream waits for (see the module docstring for why a thread)."""
     handoff: queue.Queue[tuple[Any, Any]] = queue.Queue(maxsize=depth)
     stop = threading.Event()
 
