@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import os
 import sys
 from collections.abc import Callable, Iterable, Sequence, Set
@@ -56,13 +57,10 @@ def parse_cpu_list(text: str) -> list[int]:
 
 def format_cpu_list(cpus: Iterable[int]) -> str:
     """CPU numbers in Linux's CPU list format: {0, 1, 2, 3, 8} -> "0-3,8"."""
-    runs: list[list[int]] = []
-    for cpu in sorted(cpus):
-        if runs and cpu == runs[-1][1] + 1:
-            runs[-1][1] = cpu
-        else:
-            runs.append([cpu, cpu])
-    return ",".join(f"{a}-{b}" if b > a else str(a) for a, b in runs)
+    # consecutive CPUs share their offset from their position in the sorted list
+    runs = itertools.groupby(enumerate(sorted(cpus)), lambda pair: pair[1] - pair[0])
+    ranges = [[cpu for _, cpu in run] for _, run in runs]
+    return ",".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in ranges)
 
 
 def physical_cores(cores: Iterable[int], physical: Callable[[int], int]) -> list[list[int]]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import inspect
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
@@ -45,18 +44,19 @@ class DistInfo:
 class Engine(ABC):
     """What the shared loop asks of a launcher's collectives. The defaults are a lone process's
     (IndependentEngine): no process group, nothing to reduce or hold back. Each engine sets up
-    its own world in `init`."""
+    its own world in `init`, and wraps for the workload it was made for: `load` (its DDP and
+    allreduce knobs; None for one that wraps nothing, the allreduce probe's), `grad_accum`
+    backward passes per optimizer step, `devices` the GPUs a DataParallel process drives."""
+
+    def __init__(self, load: Workload | None = None, grad_accum: int = 1, devices: int = 1) -> None:
+        self.load, self.grad_accum, self.devices = load, grad_accum, devices
 
     @abstractmethod
     def init(self, device_type: str) -> DistInfo:
         """This process's place in the world (and the process group, where there is one)."""
 
     def wrap(
-        self,
-        model: torch.nn.Module,
-        optimizer: torch.optim.Optimizer,
-        load: Workload,
-        grad_accum: int = 1,
+        self, model: torch.nn.Module, optimizer: torch.optim.Optimizer
     ) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
         return model, optimizer
 
@@ -111,11 +111,7 @@ class DdpEngine(Engine):
         return self._info
 
     def wrap(
-        self,
-        model: torch.nn.Module,
-        optimizer: torch.optim.Optimizer,
-        load: Workload,
-        grad_accum: int = 1,
+        self, model: torch.nn.Module, optimizer: torch.optim.Optimizer
     ) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
         from torch.nn.parallel import DistributedDataParallel
@@ -123,9 +119,9 @@ class DdpEngine(Engine):
         ddp = DistributedDataParallel(
             model,
             device_ids=[self._info.local_rank] if self._info.device.type == "cuda" else None,
-            **ddp_options(load),
+            **ddp_options(self.load),
         )
-        if load.fp16_allreduce:
+        if self.load.fp16_allreduce:
             ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
         return ddp, optimizer
 
@@ -133,9 +129,6 @@ class DdpEngine(Engine):
         # DDP allreduces in every backward unless told not to; torch.compile's wrapper keeps
         # the DDP module as _orig_mod.
         return getattr(model, "_orig_mod", model).no_sync()
-
-    def __init__(self, split_graph: bool = False) -> None:
-        self._split_graph = split_graph
 
     def compile(self, model: torch.nn.Module) -> torch.nn.Module:
         # Dynamo's DDPOptimizer (torch's default) cuts the compiled graph at every DDP bucket
@@ -151,7 +144,7 @@ class DdpEngine(Engine):
         # --compile-ddp-split restores torch's arrangement. Set before the first compiled call.
         import torch._dynamo
 
-        torch._dynamo.config.optimize_ddp = self._split_graph
+        torch._dynamo.config.optimize_ddp = bool(self.load and self.load.compile_ddp_split)
         return torch.compile(model)
 
     def barrier(self) -> None:
@@ -185,22 +178,18 @@ class HorovodEngine(Engine):
         return self._info
 
     def wrap(
-        self,
-        model: torch.nn.Module,
-        optimizer: torch.optim.Optimizer,
-        load: Workload,
-        grad_accum: int = 1,
+        self, model: torch.nn.Module, optimizer: torch.optim.Optimizer
     ) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
         hvd = self._hvd
         # Horovod's collectives take only row-major tensors; channels_last weights and their
         # gradients are not. bench.rank.layout hands it row-major views of the same memory.
         layout.broadcast_in_place(hvd, model.state_dict(), root_rank=0)
-        compression = hvd.Compression.fp16 if load.fp16_allreduce else hvd.Compression.none
+        compression = hvd.Compression.fp16 if self.load.fp16_allreduce else hvd.Compression.none
         optimizer = hvd.DistributedOptimizer(
             optimizer,
             named_parameters=model.named_parameters(),
             compression=layout.RowMajorCompression(compression),
-            backward_passes_per_step=grad_accum,  # allreduce after the step's last backward
+            backward_passes_per_step=self.grad_accum,  # allreduce after the step's last backward
         )
         # Every rank built the same fresh optimizer: its state is empty everywhere, so there is
         # nothing to broadcast. hvd.broadcast_optimizer_state would first create the state with a
@@ -252,23 +241,16 @@ class DataParallelEngine(IndependentEngine):
     threads) and sums the gradients onto GPU 0. The baseline DDP is measured against. Its step,
     barrier and gather are a lone process's."""
 
-    def __init__(self, devices: int = 1) -> None:
-        self._devices = devices
-
     def init(self, device_type: str) -> DistInfo:
         device = _device(device_type, 0)
         # On CPU DataParallel has no devices to split over: it runs the module as it is.
-        devices = self._devices if device_type == "cuda" else 1
+        devices = self.devices if device_type == "cuda" else 1
         backend = "nccl" if device_type == "cuda" else "none"
         self._info = DistInfo(0, 1, 0, device, backend, devices)
         return self._info
 
     def wrap(
-        self,
-        model: torch.nn.Module,
-        optimizer: torch.optim.Optimizer,
-        load: Workload,
-        grad_accum: int = 1,
+        self, model: torch.nn.Module, optimizer: torch.optim.Optimizer
     ) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
         if self._info.device.type != "cuda":
             return torch.nn.DataParallel(model), optimizer  # no GPUs: calls the module as is
@@ -328,17 +310,17 @@ def optimizer_state_tensors(optimizer: torch.optim.Optimizer) -> dict[str, torch
     return named
 
 
-# Each engine by the name the launcher registry gives it (LauncherKind.engine), built from the
-# GPUs a DataParallel process drives and --compile-ddp-split.
-ENGINES: dict[str, Callable[[int, bool], Engine]] = {
-    "DistributedDataParallel": lambda devices, split_graph: DdpEngine(split_graph),
-    "DistributedOptimizer": lambda devices, split_graph: HorovodEngine(),
-    "DataParallel": lambda devices, split_graph: DataParallelEngine(devices),
-    "Independent": lambda devices, split_graph: IndependentEngine(),
+# Each engine by the name the launcher registry gives it (LauncherKind.engine).
+ENGINES: dict[str, type[Engine]] = {
+    "DistributedDataParallel": DdpEngine,
+    "DistributedOptimizer": HorovodEngine,
+    "DataParallel": DataParallelEngine,
+    "Independent": IndependentEngine,
 }
 
 
-def create(launcher: str, devices: int = 1, split_graph: bool = False) -> Engine:
-    """The engine of a launcher; `devices`: the GPUs a DataParallel process drives;
-    `split_graph`: DDP + compile split at buckets (--compile-ddp-split)."""
-    return ENGINES[launcher_kind(launcher).engine](devices, split_graph)
+def create(
+    launcher: str, load: Workload | None = None, grad_accum: int = 1, devices: int = 1
+) -> Engine:
+    """The engine of a launcher, wrapping for `load` (see Engine)."""
+    return ENGINES[launcher_kind(launcher).engine](load, grad_accum, devices)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -29,17 +29,9 @@ TOP_OPS = 10
 COMMUNICATION = re.compile(r"nccl|gloo|c10d::|all_?reduce|allgather|broadcast|horovod", re.I)
 
 
-@contextmanager
-def nvtx_range(name: str, device: torch.device) -> Iterator[None]:
+def nvtx_range(name: str, device: torch.device) -> AbstractContextManager[None]:
     """An NVTX range on a CUDA device (shown by Nsight Systems); nothing on CPU."""
-    if device.type != "cuda":
-        yield
-        return
-    torch.cuda.nvtx.range_push(name)
-    try:
-        yield
-    finally:
-        torch.cuda.nvtx.range_pop()
+    return torch.cuda.nvtx.range(name) if device.type == "cuda" else nullcontext()
 
 
 def synchronize(device: torch.device) -> None:

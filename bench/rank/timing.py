@@ -114,10 +114,9 @@ def loader_rate(
     ends first, then `finish()` (waiting for device-side decoding and augmentation)."""
     finish()
     start = time.perf_counter()
-    images = count = 0
-    while count < max(1, max_batches):
+    images = 0
+    for _ in range(max(1, max_batches)):
         images += next_images()
-        count += 1
         if time.perf_counter() - start >= max_seconds:
             break
     finish()

@@ -217,7 +217,7 @@ def set_up(spec: RunSpec, engine: engines.Engine, info: engines.DistInfo) -> Tra
     model = model.to(info.device, memory_format=memory_format)
     grad_bytes = gradient_bytes(model)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    model, optimizer = engine.wrap(model, optimizer, load, variant.grad_accum)
+    model, optimizer = engine.wrap(model, optimizer)
     if variant.compile:
         model = engine.compile(model)
     train_step = make_train_step(model, optimizer, engine, variant.precision, info.device)
@@ -277,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     spec = RunSpec.from_argv(argv, __doc__)
     torch.set_num_threads(spec.threads_per_rank)
     torch.manual_seed(spec.workload.seed)
-    engine = engines.create(spec.launcher, spec.world_size, spec.workload.compile_ddp_split)
+    engine = engines.create(spec.launcher, spec.workload, spec.variant.grad_accum, spec.world_size)
     info = engine.init(spec.workload.device)
     if spec.variant.cpu_affinity:  # before the loader's workers and threads start: they inherit it
         pinned = pin_rank(info.local_rank, info.local_size, info.devices, info.device.type)

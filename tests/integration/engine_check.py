@@ -82,11 +82,11 @@ def global_batch() -> tuple[torch.Tensor, torch.Tensor]:
 def main(launcher: str, layout: str, mode: str) -> None:
     memory_format = torch.channels_last if layout == "channels_last" else torch.contiguous_format
     torch.set_num_threads(1)
-    engine = engines.create(launcher)
+    engine = engines.create(launcher, workload())
     info = engine.init("cpu")
     model = small_net(ROOT_SEED + info.rank, memory_format)  # differs per rank until broadcast
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    model, optimizer = engine.wrap(model, optimizer, workload())
+    model, optimizer = engine.wrap(model, optimizer)
     module = getattr(model, "module", model)  # DDP keeps the network as .module
     root = small_net(ROOT_SEED, memory_format)
     values = engine.gather(flat(module))

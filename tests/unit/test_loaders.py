@@ -360,15 +360,15 @@ def test_nvjpeg_batches_cross_from_workers_as_one_buffer(jpeg_folder: Path) -> N
     # One shared-memory segment per file made the loader 10x slower than the GPU decode on the
     # H100 (docs/results/2026-11-25-h100): a batch is three tensors whatever its size, and the
     # views split out of it are the files' bytes.
-    from bench.rank.loaders.nvjpeg import EncodedImages, collate_encoded, split_encoded
+    from bench.rank.loaders.nvjpeg import collate_encoded, split_encoded
     from bench.shared.folder import list_images
 
     _, samples = list_images(jpeg_folder)
-    items = [EncodedImages(samples)[i] for i in range(5)]
+    items = samples[:5]
     batch = collate_encoded(items)
     assert len(batch) == 3 and all(isinstance(t, torch.Tensor) for t in batch)
     files = split_encoded(batch[0], batch[1])
-    assert [f.tolist() for f in files] == [data.tolist() for data, _ in items]
+    assert [f.tolist() for f in files] == [list(Path(path).read_bytes()) for path, _ in items]
     assert batch[2].tolist() == [label for _, label in items]
     assert files[0][:2].tolist() == [0xFF, 0xD8]  # each view starts a JPEG (SOI marker)
 

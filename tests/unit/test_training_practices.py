@@ -66,7 +66,7 @@ def test_dataparallel_engine_on_cpu_is_one_process_with_one_device() -> None:
     engine = engines.create("dp", devices=4)
     info = engine.init("cpu")
     assert (info.rank, info.world_size, info.devices, info.backend) == (0, 1, 1, "none")
-    model, _ = engine.wrap(torch.nn.Linear(3, 2), None, None)  # type: ignore[arg-type]
+    model, _ = engine.wrap(torch.nn.Linear(3, 2), None)  # type: ignore[arg-type]
     assert isinstance(model, torch.nn.DataParallel)
     assert engine.gather("x") == ["x"]
     step = worker.make_train_step(
@@ -245,12 +245,9 @@ def test_report_sets_each_knob_value_beside_the_default_and_dp_beside_ddp() -> N
 def test_ddp_compile_is_one_graph_unless_split_at_buckets_is_asked() -> None:
     import torch._dynamo
 
-    config = config_for(["--compile-ddp-split"], cpu_machine())
-    assert (
-        config.workload.compile_ddp_split
-        and not config_for([], cpu_machine()).workload.compile_ddp_split
-    )
     for split in (False, True):
-        engines.DdpEngine(split_graph=split).compile(torch.nn.Linear(2, 2))
+        config = config_for(["--compile-ddp-split"] if split else [], cpu_machine())
+        assert config.workload.compile_ddp_split is split
+        engines.create("ddp", config.workload).compile(torch.nn.Linear(2, 2))
         assert torch._dynamo.config.optimize_ddp is split
     torch._dynamo.config.optimize_ddp = True  # torch's own default, for the tests that follow

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Iterator
-from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -54,10 +53,6 @@ MODULE = "nvidia.nvimgcodec"
 # hardware takes.
 GPU_STAGES = (("HW_GPU_ONLY",), ("HYBRID_CPU_GPU", "CPU_ONLY"))
 CPU_STAGES = (("CPU_ONLY",),)
-
-
-def nvimgcodec() -> ModuleType:
-    return importlib.import_module(MODULE)
 
 
 def decode_in_stages(
@@ -86,7 +81,7 @@ class HardwareJpegDecoder:
     def __init__(
         self, device: torch.device, threads: int, stages: tuple[tuple[str, ...], ...] = ()
     ) -> None:
-        codec = nvimgcodec()
+        codec = importlib.import_module(MODULE)
         self.device = device
         if device.type == "cuda":
             device_id = device.index if device.index is not None else torch.cuda.current_device()
@@ -128,7 +123,7 @@ def gpu_decode_problem() -> str:
     if not torch.cuda.is_available():
         return "no CUDA device is visible"
     try:
-        nvimgcodec()
+        importlib.import_module(MODULE)
     except ImportError as exc:
         return (
             f"nvImageCodec is not installed ({exc}): pip install nvidia-nvimgcodec-cu"

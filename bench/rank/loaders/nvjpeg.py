@@ -11,17 +11,25 @@ Files nvJPEG cannot decode (ImageNet has a PNG and some CMYK JPEGs named .JPEG) 
 one by one, falling back to PIL on the host for any the GPU refuses. On a CPU device the same
 code runs with torchvision's CPU decoder where its compiled ops load, else PIL: that is how the
 tests exercise it; the loader choice refuses `nvjpeg` on CPU sweeps (bench.loader_support).
+
+The producer is a thread, not the training loop: torchvision's batched GPU decode returns only
+once its own kernels have run, and on a busy GPU they wait behind the training step's. On the
+H100 (docs/results/2026-11-26-h100, commands/decode_sync_probe.py) one call for 256 files held
+its caller 10.5 ms with the GPU idle and 51.6 ms behind 300 ms of queued work (decode and
+augment: 20.9 and 63.5 ms). Called from the training loop, that wait kept the loop from
+queueing the next step: 3,367 img/s, 66.8 % of the window waiting for data. From this
+thread: 4,443 img/s, 41.3 % (the model alone 5,577, the loader alone 8,290-8,898).
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import queue
 import random
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -38,27 +46,16 @@ Batch = tuple[torch.Tensor, torch.Tensor]
 EncodedBatch = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # (bytes, lengths, labels)
 
 
-class EncodedImages(torch.utils.data.Dataset[tuple[torch.Tensor, int]]):
-    """(file bytes as a uint8 tensor, label) of each (path, label)."""
-
-    def __init__(self, samples: list[tuple[str, int]]) -> None:
-        self.samples = samples
-
-    def __len__(self) -> int:
-        return len(self.samples)
-
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
-        path, label = self.samples[index]
-        return torch.frombuffer(bytearray(Path(path).read_bytes()), dtype=torch.uint8), label
-
-
-def collate_encoded(items: list[tuple[torch.Tensor, int]]) -> EncodedBatch:
-    """A batch of encoded files as one buffer: (their bytes end to end, each file's length,
-    the labels). A DataLoader worker hands every tensor of a batch to the training process in a
-    shared-memory segment of its own, so a list of 256 files cost 256 segments per batch: on the
-    H100 (docs/results/2026-11-25-h100) that loader delivered 1,838 img/s while the GPU decoded
-    18,485 and augmented 19,474 img/s. Three tensors cost three segments."""
-    files = [data for data, _ in items]
+def collate_encoded(items: list[tuple[str, int]]) -> EncodedBatch:
+    """A batch of (path, label) samples read (in the DataLoader worker) into one buffer: (the
+    files' bytes end to end, each file's length, the labels). A DataLoader worker hands every
+    tensor of a batch to the training process in a shared-memory segment of its own, so a list
+    of 256 files cost 256 segments per batch: on the H100 (docs/results/2026-11-25-h100) that
+    loader delivered 1,838 img/s while the GPU decoded 18,485 and augmented 19,474 img/s. Three
+    tensors cost three segments."""
+    files = [
+        torch.frombuffer(bytearray(Path(path).read_bytes()), dtype=torch.uint8) for path, _ in items
+    ]
     lengths = torch.tensor([len(data) for data in files])
     return torch.cat(files), lengths, torch.tensor([label for _, label in items])
 
@@ -86,16 +83,13 @@ class JpegDecoder:
         tvio = import_submodule("io")
         self._decode_jpeg = tvio.decode_jpeg
         self._rgb = tvio.ImageReadMode.RGB
-        self._torchvision_cpu = device.type == "cpu" and self._cpu_decoder_loads()
-
-    def _cpu_decoder_loads(self) -> bool:
-        """torchvision's CPU decode_jpeg needs its compiled image extension; with a CUDA build
-        of torchvision beside a CPU torch it does not load (RuntimeError)."""
-        try:
-            self._decode_jpeg(probe_jpeg(8, 8), mode=self._rgb)
-        except RuntimeError:
-            return False
-        return True
+        # torchvision's CPU decode_jpeg needs its compiled image extension; with a CUDA build
+        # of torchvision beside a CPU torch it does not load (RuntimeError)
+        self._torchvision_cpu = False
+        if device.type == "cpu":
+            with contextlib.suppress(RuntimeError):
+                self._decode_jpeg(probe_jpeg(8, 8), mode=self._rgb)
+                self._torchvision_cpu = True
 
     @property
     def backend(self) -> str:
@@ -135,72 +129,48 @@ class JpegDecoder:
 AHEAD = 2
 
 
-class _Producer(threading.Thread):
-    """produce(item) for each item into a queue of `depth` batches (see ahead_pipeline); on a
-    GPU on a side stream, each batch with the event that marks it done."""
-
-    def __init__(
-        self,
-        items: Iterator[Any],
-        produce: Callable[[Any], Batch],
-        device: torch.device,
-        depth: int,
-    ) -> None:
-        super().__init__(name="batch-producer", daemon=True)
-        self.items, self.produce, self.device = items, produce, device
-        self.handoff: queue.Queue[tuple[Any, Any]] = queue.Queue(maxsize=depth)
-        self.stop = threading.Event()
-
-    def hand_over(self, entry: tuple[Any, Any]) -> bool:
-        """Queue one entry; False once the consumer has gone."""
-        while not self.stop.is_set():
-            try:
-                self.handoff.put(entry, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def run(self) -> None:
-        cuda = self.device.type == "cuda"
-        if cuda:
-            torch.cuda.set_device(self.device)  # the current device is per thread
-        stream = torch.cuda.Stream(self.device) if cuda else None
-        try:
-            with torch.cuda.stream(stream) if cuda else nullcontext():
-                for item in self.items:
-                    batch = self.produce(item)
-                    done = torch.cuda.Event() if cuda else None
-                    if done is not None:
-                        done.record(stream)
-                    if not self.hand_over((batch, done)):
-                        return
-        except BaseException as exc:  # the consumer raises it
-            self.hand_over((exc, None))
-            return
-        self.hand_over((StopIteration(), None))
-
-
 def ahead_pipeline(
     items: Iterator[Any], produce: Callable[[Any], Batch], device: torch.device, depth: int = AHEAD
 ) -> Iterator[Batch]:
     """produce(item) for each item, in order, in a thread of its own up to `depth` batches
     ahead of the consumer; on a GPU on a side stream, each batch handed over with an event the
-    consumer's stream waits for.
+    consumer's stream waits for (see the module docstring for why a thread)."""
+    handoff: queue.Queue[tuple[Any, Any]] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
 
-    A thread, not the training loop: torchvision's batched GPU decode returns only once its own
-    kernels have run, and on a busy GPU they wait behind the training step's. On the H100
-    (docs/results/2026-11-26-h100, commands/decode_sync_probe.py) one call for 256 files held
-    its caller 10.5 ms with the GPU idle and 51.6 ms behind 300 ms of queued work (decode and
-    augment: 20.9 and 63.5 ms). Called from the training loop, that wait kept the loop from
-    queueing the next step: 3,367 img/s, 66.8 % of the window waiting for data. From this
-    thread: 4,443 img/s, 41.3 % (the model alone 5,577, the loader alone 8,290-8,898).
-    """
-    producer = _Producer(items, produce, device, depth)
-    producer.start()
+    def hand_over(entry: tuple[Any, Any]) -> bool:
+        """Queue one entry; False once the consumer has gone."""
+        while not stop.is_set():
+            try:
+                handoff.put(entry, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def run() -> None:
+        cuda = device.type == "cuda"
+        if cuda:
+            torch.cuda.set_device(device)  # the current device is per thread
+        stream = torch.cuda.Stream(device) if cuda else None
+        try:
+            with torch.cuda.stream(stream):  # None: no stream to switch to (CPU)
+                for item in items:
+                    batch, done = produce(item), None
+                    if cuda:  # the event that marks the batch done
+                        done = torch.cuda.Event()
+                        done.record(stream)
+                    if not hand_over((batch, done)):
+                        return
+        except BaseException as exc:  # the consumer raises it
+            hand_over((exc, None))
+            return
+        hand_over((StopIteration(), None))
+
+    threading.Thread(target=run, name="batch-producer", daemon=True).start()
     try:
         while True:
-            batch, done = producer.handoff.get()
+            batch, done = handoff.get()
             if isinstance(batch, StopIteration):
                 return
             if isinstance(batch, BaseException):
@@ -212,7 +182,7 @@ def ahead_pipeline(
                     tensor.record_stream(current)  # allocated on the side stream, used here
             yield batch
     finally:
-        producer.stop.set()
+        stop.set()
 
 
 def decoded_batches(
@@ -222,9 +192,8 @@ def decoded_batches(
     images on the rank's device, and augment_batch crops, resizes, flips and normalises them
     there, in the producer thread."""
     _, samples = list_images(request.root)
-    dataset = EncodedImages(samples)
     # the decoders read host memory: nothing to pin
-    shard = sharded_epochs(dataset, request, pin_memory=False, collate_fn=collate_encoded)
+    shard = sharded_epochs(samples, request, pin_memory=False, collate_fn=collate_encoded)
     device = request.device
     # crops and flips: reproducible, different per rank
     rng = random.Random(f"{request.seed}-{request.rank}")

@@ -10,6 +10,7 @@ more threads only contend with the other workers and the training process).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from typing import Any
 
@@ -61,11 +62,9 @@ def epochs(
     loader: torch.utils.data.DataLoader[Any], sampler: torch.utils.data.DistributedSampler[Any]
 ) -> Iterator[Any]:
     """The loader's batches epoch after epoch, reshuffled each epoch (set_epoch)."""
-    epoch = 0
-    while True:
+    for epoch in itertools.count():
         sampler.set_epoch(epoch)
         yield from loader
-        epoch += 1
 
 
 def no_full_batch(request: LoaderRequest, images: int) -> ValueError:
