@@ -251,16 +251,16 @@ def beside_nccl_tests(
 
 def run_all(
     sweep: Sweep,
-    runs: list[RunSpec],
+    runs: list[tuple[RunSpec, str]],
     probes: list[ProbeSpec],
     launcher: Launcher,
     progress: Progress,
 ) -> None:
-    """Probes first, then runs, each row stored the moment it is known. On an interrupt the
-    run in progress is recorded as interrupted and the interrupt propagates."""
+    """Probes first, then runs, each row stored the moment it is known; `runs` pairs each run
+    with why it is not launched ("" when it is). On an interrupt the run in progress is recorded
+    as interrupted and the interrupt propagates."""
     store = sweep.store
-    for spec in runs:
-        reason = unavailable_reason(sweep, spec)
+    for spec, reason in runs:
         if reason:
             for row in rows.not_measured_rows(spec, Status.UNAVAILABLE, reason, rows.now_iso()):
                 store.runs.append(row)
@@ -270,9 +270,7 @@ def run_all(
         row = rows.probe_row(probe, launch_one(sweep, probe, launcher), started_at)
         store.probes.append(beside_nccl_tests(row, probe, sweep.config, launcher))
         progress.done(probe.probe_id)
-    for spec in runs:
-        if unavailable_reason(sweep, spec):
-            continue
+    for spec in (spec for spec, reason in runs if not reason):
         progress.bar.set_postfix_str(spec.run_id)
         started_at = rows.now_iso()
         try:
@@ -328,9 +326,13 @@ def _execute(sweep: Sweep, launcher: Launcher, resumed: bool, progress: bool) ->
     else:
         store.create(sweep.meta)
     done_runs, done_probes = store.runs.finished_ids(), store.probes.finished_ids()
-    runs = [s for s in sweep.runs if any(r.run_id not in done_runs for r, _ in rows.row_specs(s))]
+    runs = [
+        (s, unavailable_reason(sweep, s))
+        for s in sweep.runs
+        if any(r.run_id not in done_runs for r, _ in rows.row_specs(s))
+    ]
     probes = [p for p in sweep.probes if p.probe_id not in done_probes]
-    launched = len([s for s in runs if not unavailable_reason(sweep, s)])
+    launched = sum(not reason for _, reason in runs)
     announce(sweep, resumed, launched, len(probes), len(sweep.runs) - len(runs))
     previous_handler = signal.signal(signal.SIGTERM, _raise_interrupt)
     clock = Progress(sweep, launched + len(probes), progress)

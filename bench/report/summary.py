@@ -90,7 +90,7 @@ def allreduce_time(
     spread over `nodes` (the same GPU count over more nodes crosses the network)."""
     for p in probes:
         if (p.gpus, p.nodes) == (gpus, nodes) and p.status == Status.OK.value and p.algbw_gbps:
-            return stats.allreduce_seconds(gradient_bytes, p.algbw_gbps * 1e9)
+            return gradient_bytes / (p.algbw_gbps * 1e9)
     return None
 
 
