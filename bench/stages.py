@@ -137,28 +137,24 @@ def prepare(request: Request, env: Environment, saved: Saved | None = None) -> S
     ConfigError; the saved sweep's lock is released on any failure.
     """
     try:
-        return _prepare(request, env, saved)
+        nodes = connect(saved.config.cluster if saved else request.cluster)
+        if nodes is not None:
+            env = nodes.environment(env)  # what the nodes have decides, not this machine
+        if saved is not None:
+            sweep = Sweep(saved.config, saved.store, saved.meta, lock=saved.lock)
+        else:
+            sweep = fresh_sweep(request, env)
+        admitted = admission.admit(sweep.config, env, models.available_models(), nodes)
+        sweep.unavailable, sweep.wrapper = admitted.unavailable, admitted.wrapper
+        sweep.launcher = choose_launcher(sweep, nodes)
+        if sweep.lock is None:  # a fresh sweep: its directory, once it is admitted
+            claim(sweep)
+        plan_runs_and_probes(sweep, env)
+        return sweep
     except BaseException:
         if saved is not None:
             saved.lock.release()
         raise
-
-
-def _prepare(request: Request, env: Environment, saved: Saved | None) -> Sweep:
-    nodes = connect(saved.config.cluster if saved else request.cluster)
-    if nodes is not None:
-        env = nodes.environment(env)  # what the nodes have decides, not this machine
-    if saved is not None:
-        sweep = Sweep(saved.config, saved.store, saved.meta, lock=saved.lock)
-    else:
-        sweep = fresh_sweep(request, env)
-    admitted = admission.admit(sweep.config, env, models.available_models(), nodes)
-    sweep.unavailable, sweep.wrapper = admitted.unavailable, admitted.wrapper
-    sweep.launcher = choose_launcher(sweep, nodes)
-    if sweep.lock is None:  # a fresh sweep: its directory, once it is admitted
-        claim(sweep)
-    plan_runs_and_probes(sweep, env)
-    return sweep
 
 
 def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
@@ -364,9 +360,9 @@ def all_runs_ok(sweep: Sweep) -> bool:
 def print_table(sweep: Sweep) -> list[per_gpu.GpuVerdict]:
     """Prints the scaling table and the per-gpu check; returns the per-gpu check's fleet table
     (empty without per-gpu runs), slowest first."""
-    points = report.summarise(sweep.store.runs.rows(), sweep.store.probes.rows())
-    print("\n".join(report.scaling_table(points)))
-    fleet = per_gpu.verdicts(sweep.store.runs.rows(), sweep.config.slow_gpu_threshold)
+    recorded = sweep.store.runs.rows()
+    print("\n".join(report.scaling_table(report.summarise(recorded, sweep.store.probes.rows()))))
+    fleet = per_gpu.verdicts(recorded, sweep.config.slow_gpu_threshold)
     if fleet:
         print("\n" + "\n".join(per_gpu.per_gpu_section(fleet, sweep.config.slow_gpu_threshold)))
     return fleet
