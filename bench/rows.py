@@ -353,7 +353,7 @@ def probe_row(spec: ProbeSpec, result: ExecResult, started_at: str) -> ProbeRow:
             interconnect="",
             nbytes=spec.nbytes,
         )
-    alg = stats.algbw(data["nbytes"], data["time_s"])
+    alg = data["nbytes"] / data["time_s"]  # bytes per second: nccl-tests' algbw
     hosts = [h.host for h in spec.placement for _ in range(h.slots)]
     return ProbeRow(
         **base,

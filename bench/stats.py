@@ -48,10 +48,6 @@ def percentile(values: Sequence[float], q: float) -> float:
     return float(np.percentile(np.asarray(values, dtype=float), q))
 
 
-def speedup(throughput_n: float, throughput_1: float) -> float:
-    return throughput_n / throughput_1
-
-
 def efficiency(throughput_n: float, ideal_speedup: float, throughput_1: float) -> float:
     """Speed-up over the ideal one: N on N GPUs, the ratio of cores used for CPU ranks."""
     return throughput_n / (ideal_speedup * throughput_1)
@@ -167,11 +163,6 @@ def fit_epoch_model(gpus: Sequence[int], epoch_s: Sequence[float]) -> EpochModel
     design = np.column_stack([np.ones(len(gpus)), 1.0 / np.asarray(gpus, dtype=float)])
     (a, b), *_ = np.linalg.lstsq(design, np.asarray(epoch_s, dtype=float), rcond=None)
     return EpochModel(float(a), float(b))
-
-
-def algbw(nbytes: float, seconds: float) -> float:
-    """Bytes per second one allreduce of `nbytes` achieves (nccl-tests' algbw)."""
-    return nbytes / seconds
 
 
 def busbw(algbw_value: float, ranks: int) -> float:

@@ -160,7 +160,7 @@ def _point(
         throughput=mean_n,
         throughput_ci=stats.t_interval(tputs, floor=0.0),
         throughput_per_gpu=mean_n / first.gpus,
-        speedup=stats.speedup(mean_n, mean_1) if have_base else math.nan,
+        speedup=mean_n / mean_1 if have_base else math.nan,
         efficiency=stats.efficiency(mean_n, ideal, mean_1) if have_base else math.nan,
         efficiency_ci=(
             stats.efficiency_ci(tputs, ideal, base_tputs)
