@@ -64,20 +64,6 @@ def gpu_decode_problem(loader: str = "nvjpeg") -> str:
     return str(found["problem"])
 
 
-def dali_problem(device: str, torch_major: int | None, dali_majors: Sequence[int]) -> str:
-    if device != "cuda":
-        return "DALI's pipeline decodes on the GPU; this sweep runs on CPU"
-    if not dali_majors:
-        wheel = f"nvidia-dali-cuda{torch_major}0" if torch_major else "nvidia-dali-cuda130"
-        return f"NVIDIA DALI is not installed (pip install {wheel}, matching torch's CUDA)"
-    if torch_major not in dali_majors:
-        return (
-            f"the installed DALI is built for CUDA {'/'.join(map(str, dali_majors))} but torch "
-            f"for CUDA {torch_major}: install nvidia-dali-cuda{torch_major}0"
-        )
-    return ""
-
-
 def loader_problem(
     loader: str,
     device: str,
@@ -89,14 +75,24 @@ def loader_problem(
     machine's facts through the detection functions (default: this machine's)."""
     if loader == "torch" or loader == TF_DATA.name:  # tf.data: wherever TensorFlow is
         return ""
-    if loader in GPU_DECODERS and device != "cuda":
-        return f"{GPU_DECODERS[loader]} decodes on the GPU; this sweep runs on CPU"
+    if loader not in GPU_DECODERS and loader != "dali":
+        return f"unknown loader {loader!r}: choose from {', '.join(LOADERS)}"
+    if device != "cuda":
+        decoder = GPU_DECODERS.get(loader, "DALI's pipeline")
+        return f"{decoder} decodes on the GPU; this sweep runs on CPU"
     if loader in GPU_DECODERS:
         return (decode_problem or gpu_decode_problem)(loader)
-    if loader == "dali":
-        majors = (dali_majors or dali_cuda_majors)()
-        return dali_problem(device, (torch_major or torch_cuda_major)(), majors)
-    return f"unknown loader {loader!r}: choose from {', '.join(LOADERS)}"
+    majors = (dali_majors or dali_cuda_majors)()
+    torch_cuda = (torch_major or torch_cuda_major)()
+    if not majors:
+        wheel = f"nvidia-dali-cuda{torch_cuda}0" if torch_cuda else "nvidia-dali-cuda130"
+        return f"NVIDIA DALI is not installed (pip install {wheel}, matching torch's CUDA)"
+    if torch_cuda not in majors:
+        return (
+            f"the installed DALI is built for CUDA {'/'.join(map(str, majors))} but torch "
+            f"for CUDA {torch_cuda}: install nvidia-dali-cuda{torch_cuda}0"
+        )
+    return ""
 
 
 def resolve_loaders(

@@ -74,11 +74,15 @@ def batch_per_gpu(config: BenchConfig, ranks: int, grad_accum: int = 1) -> int:
     return config.batch_size
 
 
-def run_id(launcher: str, ranks: int, variant: Variant, repeat: int, nodes: int = 1) -> str:
-    """Deterministic, so a resumed sweep recognises the runs it already has. Multi-node runs
-    add their node count: ddp-n2-... is 2 ranks on one node, ddp-n2-N2-... one on each of 2."""
-    spread = f"-N{nodes}" if nodes > 1 else ""
-    return f"{launcher}-n{ranks}{spread}-{variant.label}-r{repeat}"
+def size_label(placement: Placement) -> str:
+    """A placement in run and probe ids: "n2" is 2 ranks on one node, "n2-N2" one on each of 2."""
+    spread = f"-N{len(placement)}" if len(placement) > 1 else ""
+    return f"n{total_slots(placement)}{spread}"
+
+
+def run_id(launcher: str, placement: Placement, variant: Variant, repeat: int) -> str:
+    """Deterministic, so a resumed sweep recognises the runs it already has."""
+    return f"{launcher}-{size_label(placement)}-{variant.label}-r{repeat}"
 
 
 def placements(config: BenchConfig, hosts: Sequence[HostSlots]) -> list[Placement]:
@@ -87,15 +91,6 @@ def placements(config: BenchConfig, hosts: Sequence[HostSlots]) -> list[Placemen
     if config.cluster is not None:
         return config.cluster.placements()
     return [place_ranks(ranks, hosts) for ranks in config.gpu_counts]
-
-
-def launcher_placements(
-    launcher: str, config: BenchConfig, hosts: Sequence[HostSlots]
-) -> list[Placement]:
-    """The placements a launcher runs: every one, or for the per-gpu check only the largest
-    (every GPU of every node at once; its rows are per GPU, not per GPU count)."""
-    every = placements(config, hosts)
-    return [max(every, key=total_slots)] if launcher_kind(launcher).independent else every
 
 
 def why_not_runnable(spec: RunSpec) -> str:
@@ -143,16 +138,20 @@ def plan_sweep(
     """
     load = config.workload
     scaling = "strong" if config.global_batch is not None else "weak"
+    every = placements(config, hosts)
+    # the per-gpu check runs only the largest: every GPU of every node at once, a row per GPU
+    largest = [max(every, key=total_slots)]
     specs, planned = [], set()
     for repeat in range(config.repeats):
         for asked in config.variants():
             for launcher in config.launchers:
+                kind = launcher_kind(launcher)
                 variant = launcher_variant(launcher, asked, load.data)
-                for placement in launcher_placements(launcher, config, hosts):
+                for placement in largest if kind.independent else every:
                     ranks = total_slots(placement)
                     # per node: DataParallel is one process however many GPUs it drives
-                    processes = launcher_kind(launcher).processes(most_slots(placement))
-                    rid = run_id(launcher, ranks, variant, repeat, len(placement))
+                    processes = kind.processes(most_slots(placement))
+                    rid = run_id(launcher, placement, variant, repeat)
                     if rid in planned:  # tf's runs of every --loader are one
                         continue
                     planned.add(rid)
@@ -185,14 +184,12 @@ def plan_probes(
         return []
     probes = []
     for placement in placements(config, hosts):
-        ranks = total_slots(placement)
-        if ranks < 2:
+        if total_slots(placement) < 2:
             continue
-        spread = f"-N{len(placement)}" if len(placement) > 1 else ""
         probes.append(
             ProbeSpec(
                 sweep_id=sweep_id,
-                probe_id=f"allreduce-n{ranks}{spread}",
+                probe_id=f"allreduce-{size_label(placement)}",
                 placement=placement,
                 nbytes=int(config.probe_mb * 1e6),
                 iterations=config.probe_iterations,

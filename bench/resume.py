@@ -75,26 +75,25 @@ def read_saved(store: ResultStore) -> tuple[BenchConfig, dict[str, Any]]:
     return config, meta
 
 
-def stop_leftovers(directory: Path, sweep_id: str, policy: StopPolicy = STOP) -> list[int]:
+def stop_leftovers(directory: Path, sweep_id: str, policy: StopPolicy = STOP) -> None:
     """Stop every local process of this sweep still running (started by an earlier
-    controller that was killed); returns their pids."""
+    controller that was killed), saying which."""
     pids = stop_tagged(SWEEP_TAG_VAR, sweep_id, policy) if sweep_id else []
     if pids:
         listed = " ".join(map(str, pids))
         say(directory, f"stopped {len(pids)} process(es) an earlier controller left: {listed}")
-    return pids
 
 
 def stop_on_hosts(
     directory: Path, cluster: ClusterConfig | None, sweep_id: str, policy: StopPolicy = STOP
-) -> dict[str, list[str]]:
+) -> None:
     """--hosts or --slurm: stop every process of this sweep still running on any of its nodes
-    (the node stop script, by the sweep's tag, through the sweep's site), all nodes at once;
-    returns host -> the processes stopped there. A node that cannot be reached (or whose script
+    (the node stop script, by the sweep's tag, through the sweep's site), all nodes at once,
+    saying which stopped where. A node that cannot be reached (or whose script
     fails) refuses the resume: ranks of the sweep may still hold its GPUs and would skew every
     figure."""
     if cluster is None or not sweep_id:
-        return {}
+        return
     try:
         site, hosts = site_for(cluster)
     except RemoteError as exc:
@@ -114,12 +113,11 @@ def stop_on_hosts(
             + f"\n    Bring the host back, or stop its processes with {SWEEP_TAG_VAR}="
             f"{sweep_id} in their environment, then resume again."
         )
-    stopped = {h: r.stdout.strip().splitlines() for h, r in results.items() if r.stdout.strip()}
-    for host, lines in stopped.items():
-        say(directory, f"{host}: an earlier controller left processes of this sweep there:")
-        for line in lines:
+    for host, result in results.items():
+        if result.stdout.strip():
+            say(directory, f"{host}: an earlier controller left processes of this sweep there:")
+        for line in result.stdout.strip().splitlines():
             say(directory, f"{host}:   {line}")
-    return stopped
 
 
 def open_saved(request: Request, argv: Sequence[str], policy: StopPolicy = STOP) -> Saved | None:

@@ -91,7 +91,7 @@ def measurements(report: wire.RunReport, spec: RunSpec) -> dict[str, Any]:
     """The measurement columns of a row from every rank's timings (per GPU: over the spec's
     GPUs, which a DataParallel process drives several of)."""
     windows = [r.window_s for r in report.ranks]
-    window = stats.slowest_window(windows)
+    window = max(windows)  # every rank must finish its steps
     steps = stats.slowest_rank_steps([r.step_s for r in report.ranks])
     images = report.images_per_rank * report.world_size
     tput = stats.throughput(images, window)
@@ -353,7 +353,7 @@ def probe_row(spec: ProbeSpec, result: ExecResult, started_at: str) -> ProbeRow:
             interconnect="",
             nbytes=spec.nbytes,
         )
-    alg = stats.algbw(data["nbytes"], data["time_s"])
+    alg = data["nbytes"] / data["time_s"]  # bytes per second: nccl-tests' algbw
     hosts = [h.host for h in spec.placement for _ in range(h.slots)]
     return ProbeRow(
         **base,

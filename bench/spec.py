@@ -6,9 +6,10 @@ planner, the launchers or the report.
 A `RunSpec` (or `ProbeSpec`) travels to the ranks as one shell-safe `--spec` argument.
 
 Every knob is declared once, as a field of `Variant` (the axes a sweep may A/B, each a comma
-list) or `Workload` (fixed for a sweep) with a `Knob` in its metadata. bench.config generates
-the command-line option from it, validates it and fills its default; bench.schema makes it a
-column of the results row (unless `row=False`); sweep.jsonl stores it for --resume.
+list) or `Workload` (fixed for a sweep) with a `Knob` in its metadata. bench.options generates
+the command-line option from it, bench.admission checks its value, bench.machine_defaults fills
+its default; bench.schema makes it a column of the results row (unless `row=False`);
+sweep.jsonl stores it for --resume.
 """
 
 from __future__ import annotations
@@ -416,16 +417,13 @@ class Workload:
 class Sent(Placed):
     """A spec a rank is started with (--spec, one shell-safe argument): a run or a probe."""
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Self:
         return cls(**{**data, "placement": tuple(HostSlots(**h) for h in data["placement"])})
 
     def encode(self) -> str:
         """One shell-safe argument (URL-safe base64 of JSON): survives ssh and horovodrun."""
-        raw = json.dumps(self.to_dict(), separators=(",", ":")).encode()
+        raw = json.dumps(dataclasses.asdict(self), separators=(",", ":")).encode()
         return base64.urlsafe_b64encode(raw).decode("ascii")
 
     @classmethod

@@ -137,28 +137,24 @@ def prepare(request: Request, env: Environment, saved: Saved | None = None) -> S
     ConfigError; the saved sweep's lock is released on any failure.
     """
     try:
-        return _prepare(request, env, saved)
+        nodes = connect(saved.config.cluster if saved else request.cluster)
+        if nodes is not None:
+            env = nodes.environment(env)  # what the nodes have decides, not this machine
+        if saved is not None:
+            sweep = Sweep(saved.config, saved.store, saved.meta, lock=saved.lock)
+        else:
+            sweep = fresh_sweep(request, env)
+        admitted = admission.admit(sweep.config, env, models.available_models(), nodes)
+        sweep.unavailable, sweep.wrapper = admitted.unavailable, admitted.wrapper
+        sweep.launcher = choose_launcher(sweep, nodes)
+        if sweep.lock is None:  # a fresh sweep: its directory, once it is admitted
+            claim(sweep)
+        plan_runs_and_probes(sweep, env)
+        return sweep
     except BaseException:
         if saved is not None:
             saved.lock.release()
         raise
-
-
-def _prepare(request: Request, env: Environment, saved: Saved | None) -> Sweep:
-    nodes = connect(saved.config.cluster if saved else request.cluster)
-    if nodes is not None:
-        env = nodes.environment(env)  # what the nodes have decides, not this machine
-    if saved is not None:
-        sweep = Sweep(saved.config, saved.store, saved.meta, lock=saved.lock)
-    else:
-        sweep = fresh_sweep(request, env)
-    admitted = admission.admit(sweep.config, env, models.available_models(), nodes)
-    sweep.unavailable, sweep.wrapper = admitted.unavailable, admitted.wrapper
-    sweep.launcher = choose_launcher(sweep, nodes)
-    if sweep.lock is None:  # a fresh sweep: its directory, once it is admitted
-        claim(sweep)
-    plan_runs_and_probes(sweep, env)
-    return sweep
 
 
 def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
@@ -251,16 +247,16 @@ def beside_nccl_tests(
 
 def run_all(
     sweep: Sweep,
-    runs: list[RunSpec],
+    runs: list[tuple[RunSpec, str]],
     probes: list[ProbeSpec],
     launcher: Launcher,
     progress: Progress,
 ) -> None:
-    """Probes first, then runs, each row stored the moment it is known. On an interrupt the
-    run in progress is recorded as interrupted and the interrupt propagates."""
+    """Probes first, then runs, each row stored the moment it is known; `runs` pairs each run
+    with why it is not launched ("" when it is). On an interrupt the run in progress is recorded
+    as interrupted and the interrupt propagates."""
     store = sweep.store
-    for spec in runs:
-        reason = unavailable_reason(sweep, spec)
+    for spec, reason in runs:
         if reason:
             for row in rows.not_measured_rows(spec, Status.UNAVAILABLE, reason, rows.now_iso()):
                 store.runs.append(row)
@@ -270,9 +266,7 @@ def run_all(
         row = rows.probe_row(probe, launch_one(sweep, probe, launcher), started_at)
         store.probes.append(beside_nccl_tests(row, probe, sweep.config, launcher))
         progress.done(probe.probe_id)
-    for spec in runs:
-        if unavailable_reason(sweep, spec):
-            continue
+    for spec in (spec for spec, reason in runs if not reason):
         progress.bar.set_postfix_str(spec.run_id)
         started_at = rows.now_iso()
         try:
@@ -328,9 +322,13 @@ def _execute(sweep: Sweep, launcher: Launcher, resumed: bool, progress: bool) ->
     else:
         store.create(sweep.meta)
     done_runs, done_probes = store.runs.finished_ids(), store.probes.finished_ids()
-    runs = [s for s in sweep.runs if any(r.run_id not in done_runs for r, _ in rows.row_specs(s))]
+    runs = [
+        (s, unavailable_reason(sweep, s))
+        for s in sweep.runs
+        if any(r.run_id not in done_runs for r, _ in rows.row_specs(s))
+    ]
     probes = [p for p in sweep.probes if p.probe_id not in done_probes]
-    launched = len([s for s in runs if not unavailable_reason(sweep, s)])
+    launched = sum(not reason for _, reason in runs)
     announce(sweep, resumed, launched, len(probes), len(sweep.runs) - len(runs))
     previous_handler = signal.signal(signal.SIGTERM, _raise_interrupt)
     clock = Progress(sweep, launched + len(probes), progress)
@@ -362,9 +360,9 @@ def all_runs_ok(sweep: Sweep) -> bool:
 def print_table(sweep: Sweep) -> list[per_gpu.GpuVerdict]:
     """Prints the scaling table and the per-gpu check; returns the per-gpu check's fleet table
     (empty without per-gpu runs), slowest first."""
-    points = report.summarise(sweep.store.runs.rows(), sweep.store.probes.rows())
-    print("\n".join(report.scaling_table(points)))
-    fleet = per_gpu.verdicts(sweep.store.runs.rows(), sweep.config.slow_gpu_threshold)
+    recorded = sweep.store.runs.rows()
+    print("\n".join(report.scaling_table(report.summarise(recorded, sweep.store.probes.rows()))))
+    fleet = per_gpu.verdicts(recorded, sweep.config.slow_gpu_threshold)
     if fleet:
         print("\n" + "\n".join(per_gpu.per_gpu_section(fleet, sweep.config.slow_gpu_threshold)))
     return fleet

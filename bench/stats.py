@@ -31,11 +31,6 @@ def throughput(images: float, seconds: float) -> float:
     return images / seconds
 
 
-def slowest_window(rank_windows_s: Sequence[float]) -> float:
-    """The timed window of a multi-rank run: bounded by its slowest rank."""
-    return max(rank_windows_s)
-
-
 def slowest_rank_steps(rank_step_times: Sequence[Sequence[float]]) -> list[float]:
     """Per step, the longest time any rank took (ranks in a synchronous step wait for it)."""
     lengths = {len(steps) for steps in rank_step_times}
@@ -51,10 +46,6 @@ def rank_imbalance(rank_windows_s: Sequence[float]) -> float:
 
 def percentile(values: Sequence[float], q: float) -> float:
     return float(np.percentile(np.asarray(values, dtype=float), q))
-
-
-def speedup(throughput_n: float, throughput_1: float) -> float:
-    return throughput_n / throughput_1
 
 
 def efficiency(throughput_n: float, ideal_speedup: float, throughput_1: float) -> float:
@@ -120,24 +111,24 @@ def t_interval(
     return Interval(max(centre - half, floor), centre + half)
 
 
-def ratio_interval(
-    numerator: Sequence[float],
-    denominator: Sequence[float],
-    scale: float = 1.0,
+def efficiency_ci(
+    throughputs_n: Sequence[float],
+    ideal_speedup: float,
+    throughputs_1: Sequence[float],
     *,
     confidence: float = 0.95,
 ) -> Interval:
-    """Interval of scale * mean(numerator) / mean(denominator), both sets of launches uncertain.
+    """Interval of mean T(N) / (ideal speed-up * mean T(1)), both sets of launches uncertain.
 
-    Delta method on the log of the ratio: var(log r) ~ s_n^2 / (n_n m_n^2) + s_d^2 / (n_d m_d^2),
+    Delta method on the log of the ratio: var(log r) ~ s_n^2 / (n_n m_n^2) + s_1^2 / (n_1 m_1^2),
     with Welch-Satterthwaite degrees of freedom for the t critical value; the
     interval is exp(log r +- t * se), so it stays positive and is wider above than below.
     """
-    num = np.asarray(numerator, dtype=float)
-    den = np.asarray(denominator, dtype=float)
+    num = np.asarray(throughputs_n, dtype=float)
+    den = np.asarray(throughputs_1, dtype=float)
     if num.size < 2 or den.size < 2 or num.mean() <= 0 or den.mean() <= 0:
         return NO_INTERVAL
-    ratio = scale * float(num.mean() / den.mean())
+    ratio = float(num.mean() / den.mean()) / ideal_speedup
     # var(log mean) ~ (standard error / mean)^2 for each set of launches
     parts = [float((scipy_stats.sem(x) / x.mean()) ** 2) for x in (num, den)]
     variance = sum(parts)
@@ -146,17 +137,6 @@ def ratio_interval(
     df = variance**2 / sum(v**2 / (x.size - 1) for v, x in zip(parts, (num, den), strict=True))
     half = t_quantile(confidence, df) * math.sqrt(variance)
     return Interval(ratio * math.exp(-half), ratio * math.exp(half))
-
-
-def efficiency_ci(
-    throughputs_n: Sequence[float],
-    ideal_speedup: float,
-    throughputs_1: Sequence[float],
-    *,
-    confidence: float = 0.95,
-) -> Interval:
-    """Interval of mean T(N) / (ideal speed-up * mean T(1)), carrying both sets' uncertainty."""
-    return ratio_interval(throughputs_n, throughputs_1, 1.0 / ideal_speedup, confidence=confidence)
 
 
 @dataclass(frozen=True)
@@ -185,22 +165,9 @@ def fit_epoch_model(gpus: Sequence[int], epoch_s: Sequence[float]) -> EpochModel
     return EpochModel(float(a), float(b))
 
 
-def epoch_seconds(dataset_size: int, images_per_s: float) -> float:
-    return dataset_size / images_per_s
-
-
-def algbw(nbytes: float, seconds: float) -> float:
-    """Bytes per second one allreduce of `nbytes` achieves (nccl-tests' algbw)."""
-    return nbytes / seconds
-
-
 def busbw(algbw_value: float, ranks: int) -> float:
     """Per-link bandwidth of a ring allreduce: algbw * 2(n-1)/n (nccl-tests' busbw)."""
     return algbw_value * 2.0 * (ranks - 1) / ranks
-
-
-def allreduce_seconds(nbytes: float, algbw_value: float) -> float:
-    return nbytes / algbw_value
 
 
 def comm_ceiling(step_compute_s: float, allreduce_s: float) -> float:

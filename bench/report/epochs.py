@@ -26,7 +26,7 @@ def measured_fits(
     return {
         key: stats.fit_epoch_model(
             [p.gpus for p in measured],
-            [stats.epoch_seconds(dataset_size, p.throughput) for p in measured],
+            [dataset_size / p.throughput for p in measured],
         )
         for key, measured in series(points, "throughput").items()
         if len({p.gpus for p in measured}) >= 2
@@ -77,7 +77,7 @@ def epoch_section(
     rows = []
     for key, measured in series(points, "throughput").items():
         for p in measured:
-            seconds = stats.epoch_seconds(dataset_size, p.throughput)
+            seconds = dataset_size / p.throughput
             rows.append([*key, str(p.gpus), num(seconds, 0), ""])
         if key in fits:
             rows.append([*key, "fit", "", fit_text(fits[key])])

@@ -90,7 +90,7 @@ def allreduce_time(
     spread over `nodes` (the same GPU count over more nodes crosses the network)."""
     for p in probes:
         if (p.gpus, p.nodes) == (gpus, nodes) and p.status == Status.OK.value and p.algbw_gbps:
-            return stats.allreduce_seconds(gradient_bytes, p.algbw_gbps * 1e9)
+            return gradient_bytes / (p.algbw_gbps * 1e9)
     return None
 
 
@@ -160,7 +160,7 @@ def _point(
         throughput=mean_n,
         throughput_ci=stats.t_interval(tputs, floor=0.0),
         throughput_per_gpu=mean_n / first.gpus,
-        speedup=stats.speedup(mean_n, mean_1) if have_base else math.nan,
+        speedup=mean_n / mean_1 if have_base else math.nan,
         efficiency=stats.efficiency(mean_n, ideal, mean_1) if have_base else math.nan,
         efficiency_ci=(
             stats.efficiency_ci(tputs, ideal, base_tputs)
