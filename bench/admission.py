@@ -24,7 +24,7 @@ from typing import Any
 
 from bench.config import BenchConfig, Request, all_knobs, refuse
 from bench.hosts import ClusterConfig
-from bench.launcher_kinds import PER_GPU, TENSORFLOW_PACKAGE, LauncherKind, launcher_kind
+from bench.launcher_kinds import PER_GPU, TENSORFLOW_PACKAGE, launcher_kind
 from bench.launchers import RemoteError
 from bench.launchers.cluster import ClusterLauncher
 from bench.launchers.docker import DockerWrapper
@@ -115,38 +115,23 @@ def cluster_problems(cluster: ClusterConfig | None) -> list[str]:
     return errors
 
 
-def conflicts(values: Mapping[str, Any]) -> list[str]:
-    """Flags given together that contradict each other (None: not given)."""
+def request_problems(request: Request) -> list[str]:
+    """Values no machine could run, flags that contradict each other and options nothing would
+    read (as typed: a resolved config has defaults; None: not given)."""
+    values = request.values
+    errors = check_values(values) + cluster_problems(request.cluster)
     flags = {name: k.flag for name, k in all_knobs()}
-    errors = []
     for name, others, why in CONFLICTS:
         given = [flags[other] for other in others if values.get(other) is not None]
         if values.get(name) is not None and given:
             errors.append(f"{flags[name]} with {', '.join(given)}: {why}")
-    return errors
-
-
-def unused_options(values: Mapping[str, Any]) -> list[str]:
-    """Options given where nothing would read them (as typed: a resolved config has defaults)."""
     launchers = values.get("launchers") or ()
     if values.get("slow_gpu_threshold") is not None and PER_GPU.name not in launchers:
-        return [
+        errors.append(
             f"--slow-gpu-threshold applies to --launchers {PER_GPU.name} only (the per-GPU "
             "check), which this sweep does not run"
-        ]
-    return []
-
-
-def request_problems(request: Request) -> list[str]:
-    """Values no machine could run, flags that contradict each other and options nothing would
-    read, as typed."""
-    values = request.values
-    return (
-        check_values(values)
-        + cluster_problems(request.cluster)
-        + conflicts(values)
-        + unused_options(values)
-    )
+        )
+    return errors
 
 
 def saved_problems(config: BenchConfig) -> list[str]:
@@ -182,31 +167,29 @@ def out_problem(out_root: str) -> str:
     return ""
 
 
-def launcher_problem(kind: LauncherKind, env: Environment, device: str) -> str:
-    """Why a launcher cannot run in this environment, or "" if it can: a package it needs."""
-    if kind.needs_horovod:
-        return env.horovod.problem(device)
-    if kind.framework == TENSORFLOW_PACKAGE and not env.tensorflow:
-        return (
-            "TensorFlow is not installed in this environment (the python_env role adds it when "
-            "asked: roles/python_env/README.md)"
-        )
-    return ""
-
-
 def unavailable_launchers(config: BenchConfig, env: Environment) -> dict[str, str]:
-    """Launchers in the sweep that cannot run here, and why: their runs are recorded as
-    unavailable (one asked for by name is refused instead: `machine_problems`)."""
+    """Launchers in the sweep that cannot run here, and why (a package they need): their runs
+    are recorded as unavailable (one asked for by name is refused instead: `machine_problems`)."""
     if not runs_on_host(config.axes):
         return {}
-    problems = {x: launcher_problem(launcher_kind(x), env, config.device) for x in config.launchers}
-    return {x: problem for x, problem in problems.items() if problem}
+    problems = {}
+    for name in config.launchers:
+        kind = launcher_kind(name)
+        if kind.needs_horovod and (problem := env.horovod.problem(config.device)):
+            problems[name] = problem
+        elif kind.framework == TENSORFLOW_PACKAGE and not env.tensorflow:
+            problems[name] = (
+                "TensorFlow is not installed in this environment (the python_env role adds it "
+                "when asked: roles/python_env/README.md)"
+            )
+    return problems
 
 
 def _capacity_problems(config: BenchConfig, env: Environment) -> list[str]:
+    """Too few GPUs or cores (with --hosts or --slurm, env describes the smallest node:
+    bench.launchers.cluster), or a --global-batch that does not split evenly."""
     errors = []
     gpu = config.device == "cuda"
-    # With --hosts or --slurm, env describes the smallest node (bench.launchers.cluster).
     if gpu and env.gpu_count == 0:
         errors.append("--device cuda: no CUDA GPU is visible")
     limit = env.gpu_count if gpu else env.cores
@@ -231,8 +214,17 @@ def _capacity_problems(config: BenchConfig, env: Environment) -> list[str]:
     return errors
 
 
-def _feature_problems(config: BenchConfig, env: Environment, models: Sequence[str]) -> list[str]:
-    errors = []
+def machine_problems(
+    config: BenchConfig,
+    env: Environment,
+    models: Sequence[str],
+    nodes: ClusterLauncher | None = None,
+) -> list[str]:
+    """Every request in `config` that this machine (or the nodes) cannot serve: --out, capacity,
+    features, launchers, loaders, and the nodes differing in what the sweep's launchers depend
+    on, or too few."""
+    errors = [e for e in [out_problem(config.out_root)] if e]
+    errors += _capacity_problems(config, env)
     gpu = config.device == "cuda"
     model = config.workload.model
     if model not in models:
@@ -244,12 +236,11 @@ def _feature_problems(config: BenchConfig, env: Environment, models: Sequence[st
         errors.append("--precision tf32 needs an NVIDIA Ampere or newer GPU")
     if "amp-bf16" in precisions and gpu and not env.bf16_supported:
         errors.append(f"--precision amp-bf16: {env.gpu_name} has no bfloat16 support")
-    explicit_here = config.launchers_explicit and runs_on_host(config.axes)
+    unavailable = unavailable_launchers(config, env)
     for name in config.launchers:
         kind = launcher_kind(name)
-        problem = launcher_problem(kind, env, config.device) if explicit_here else ""
-        if problem:
-            errors.append(f"--launchers {name}: {problem}")
+        if config.launchers_explicit and name in unavailable:
+            errors.append(f"--launchers {name}: {unavailable[name]}")
         if not kind.multi_node and config.cluster is not None:
             errors.append(
                 f"--launchers {name}: {kind.title} runs on one machine only; it cannot span nodes "
@@ -258,32 +249,12 @@ def _feature_problems(config: BenchConfig, env: Environment, models: Sequence[st
     errors += loader_errors(
         config.axes["loader"], config.workload.data, config.device, launchers=config.launchers
     )
+    if nodes is not None:
+        try:
+            nodes.check([x for x in config.launchers if x not in unavailable], config.device)
+        except RemoteError as exc:
+            errors.append(str(exc).replace("\n", "\n    "))
     return errors
-
-
-def node_problems(
-    config: BenchConfig, nodes: ClusterLauncher | None, unavailable: Mapping[str, str]
-) -> list[str]:
-    """The nodes differ in what the sweep's launchers depend on, or are too few."""
-    if nodes is None:
-        return []
-    try:
-        nodes.check([x for x in config.launchers if x not in unavailable], config.device)
-    except RemoteError as exc:
-        return [str(exc).replace("\n", "\n    ")]
-    return []
-
-
-def machine_problems(
-    config: BenchConfig,
-    env: Environment,
-    models: Sequence[str],
-    nodes: ClusterLauncher | None = None,
-) -> list[str]:
-    """Every request in `config` that this machine (or the nodes) cannot serve."""
-    errors = [e for e in [out_problem(config.out_root)] if e]
-    errors += _capacity_problems(config, env) + _feature_problems(config, env, models)
-    return errors + node_problems(config, nodes, unavailable_launchers(config, env))
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import functools
 import os
 import re
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -95,13 +95,10 @@ def measurements(report: wire.RunReport, spec: RunSpec) -> dict[str, Any]:
     steps = stats.slowest_rank_steps([r.step_s for r in report.ranks])
     images = report.images_per_rank * report.world_size
     tput = stats.throughput(images, window)
-    peaks = [r.peak_memory_bytes for r in report.ranks if r.peak_memory_bytes is not None]
     data_wait = max(r.data_wait_s for r in report.ranks)
-    loader_rates = [r.loader_images_per_s for r in report.ranks if r.loader_images_per_s]
     telemetry = merge_telemetry([r.telemetry for r in report.ranks])
-    compiled = [r.compile_s for r in report.ranks if r.compile_s is not None]
-    warmups = [r.warmup_steps for r in report.ranks if r.warmup_steps is not None]
-    cores = [r.cpu_cores for r in report.ranks if r.cpu_cores is not None]
+    peak_memory = _over_ranks(report, "peak_memory_bytes", max)
+    loader_rates = [r.loader_images_per_s for r in report.ranks if r.loader_images_per_s]
     return {
         "images": images,
         "window_s": window,
@@ -111,27 +108,29 @@ def measurements(report: wire.RunReport, spec: RunSpec) -> dict[str, Any]:
         "step_time_p90_s": stats.percentile(steps, 90),
         "step_time_cv": statistics.pstdev(steps) / statistics.fmean(steps) if steps else None,
         "timed_steps_run": report.timed_steps,
-        "warmup_steps_run": max(warmups) if warmups else None,
-        "compile_s": max(compiled) if compiled else None,
+        "warmup_steps_run": _over_ranks(report, "warmup_steps", max),
+        "compile_s": _over_ranks(report, "compile_s", max),
         "rank_imbalance": stats.rank_imbalance(windows),
         "data_wait_s": data_wait,
         "data_wait_fraction": data_wait / window,
         "loader_throughput_per_gpu": min(loader_rates) if loader_rates else None,
         "loader_throughput": sum(loader_rates) if loader_rates else None,
-        "peak_memory_gb": max(peaks) / 1e9 if peaks else None,
+        "peak_memory_gb": peak_memory / 1e9 if peak_memory is not None else None,
         "gradient_mb": report.gradient_bytes / 1e6,
         "allreduce_mb_per_image": allreduce_mb_per_image(spec, report.gradient_bytes),
-        "sm_clock_mhz_mean": telemetry.get("sm_clock_mhz_mean"),
-        "sm_clock_mhz_min": telemetry.get("sm_clock_mhz_min"),
-        "power_w_mean": telemetry.get("power_w_mean"),
-        "power_w_max": telemetry.get("power_w_max"),
-        "temperature_c_max": telemetry.get("temperature_c_max"),
+        **telemetry,  # none of its columns without NVML
         "throttle_reasons": ",".join(telemetry.get("throttle_reasons", [])),
         "rank_python": report.ranks[0].runtime.get("python", ""),
         "rank_torch": _versions(report, "torch"),
         "rank_tensorflow": _versions(report, "tensorflow"),
-        "cpu_cores_per_rank": min(cores) if cores else None,
+        "cpu_cores_per_rank": _over_ranks(report, "cpu_cores", min),
     }
+
+
+def _over_ranks(report: wire.RunReport, field: str, reduce: Callable[[list[Any]], Any]) -> Any:
+    """`reduce` of the values of `field` of the ranks that measured it (None when none did)."""
+    values = [v for r in report.ranks if (v := getattr(r, field)) is not None]
+    return reduce(values) if values else None
 
 
 def _versions(report: wire.RunReport, framework: str) -> str:
