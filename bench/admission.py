@@ -274,4 +274,4 @@ def admit(
     """The machine tier: raises ConfigError listing every problem at once; the images are
     checked only for a sweep that is otherwise possible."""
     refuse(machine_problems(config, env, models, nodes))
-    return Admitted(unavailable_launchers(config, env), check_images(config, env))
+    return Admitted(unavailable_launchers(config, env), check_images(config))

@@ -53,7 +53,7 @@ from bench.launchers.sites import (
     run_on_host,
     shell_command,
     site_for,
-    ssh_options_for,
+    ssh_site_for,
 )
 from bench.launchers.stop import STOP, StopPolicy
 from bench.launchers.versions import check_versions, components_for
@@ -89,7 +89,7 @@ class ClusterLauncher:
         policy: StopPolicy = STOP,
     ) -> None:
         self.cluster = cluster
-        self.ssh = ssh_options_for(cluster)  # horovodrun's, under Slurm too
+        self.ssh = ssh_site_for(cluster)  # horovodrun's, under Slurm too
         self.site, self.hosts = site_for(cluster, environ)
         python = cluster.remote_python  # and the horovodrun beside it
         self.tools = Tools(python, str(Path(python).with_name("horovodrun")))
@@ -223,10 +223,6 @@ class ClusterLauncher:
             commands.append(wrapped)
         return commands
 
-    def _address(self, host: str) -> str:
-        """Where the other nodes reach `host` (the survey's address toward the first node)."""
-        return self.infos[host].address or ""
-
     def node_argv(
         self, launch: Launch, index: int, wrap: InImage | Unwrapped, log_dir: str
     ) -> tuple[list[str], dict[str, str]]:
@@ -241,7 +237,7 @@ class ClusterLauncher:
             found = self.infos[host].tensorflow_python or ""
             tools = wrap.tools(dataclasses.replace(self.tools, tensorflow=found))
             if launch.nodes > 1:
-                workers = [self._address(n.host) or n.host for n in placement]
+                workers = [self.infos[n.host].address or n.host for n in placement]
                 own[TF_CONFIG_VAR] = tf_config(workers, self.cluster.rdzv_port, index)
         # On one node horovodrun's hosts are all local, and horovod 0.28.1 then looks for the
         # interface holding 127.0.0.1 among --network-interfaces (runner/driver/
@@ -252,7 +248,7 @@ class ClusterLauncher:
             index,
             tools,
             endpoint=rendezvous_endpoint(placement[0].host, self.cluster.rdzv_port),
-            local_addr=self._address(host),
+            local_addr=self.infos[host].address or "",  # toward the first node
             log_dir=log_dir,
             network_interfaces=nics,
             ssh_port=self.ssh.port,
@@ -261,18 +257,6 @@ class ClusterLauncher:
         return argv, own
 
     # ---- the launch
-
-    def fetch_rank_logs(self, log_dirs: Mapping[str, str], into: Path) -> list[str]:
-        """Copy each node's per-rank log directory to into/<host>/ and delete it on the node;
-        returns the problems (a dead node cannot hand its logs over)."""
-        problems = []
-        for host, log_dir in log_dirs.items():
-            try:
-                fetch_dir(host, log_dir, into / host, self.site, timeout_s=120)
-            except FetchError as err:
-                problems.append(f"rank logs not fetched: {err}")
-            remove_remote_dir(host, log_dir, self.site)
-        return problems
 
     def run(self, spec: RunSpec | ProbeSpec, timeout_s: float, log_path: Path) -> ExecResult:
         launch = self.placed(launch_of(spec))
@@ -289,7 +273,13 @@ class ClusterLauncher:
             workdir=self.cluster.remote_workdir,
             policy=self.policy,
         )
-        problems = self.fetch_rank_logs(self.rank_log_dirs(launch, tag), node_dir)
+        problems = []  # a dead node cannot hand its rank logs over
+        for host, log_dir in self.rank_log_dirs(launch, tag).items():
+            try:
+                fetch_dir(host, log_dir, node_dir / host, self.site, timeout_s=120)
+            except FetchError as err:
+                problems.append(f"rank logs not fetched: {err}")
+            remove_remote_dir(host, log_dir, self.site)
         output = _combined_output(commands, result, problems)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         log_path.write_text(output)

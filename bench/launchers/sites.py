@@ -47,51 +47,6 @@ class FetchError(RemoteError):
     pass
 
 
-@dataclass(frozen=True)
-class SshOptions:
-    """How to reach the nodes. Defaults suit a fleet: never prompt, fail fast, accept a new
-    host's key once and refuse a changed one."""
-
-    user: str | None = None
-    port: int | None = None
-    identity_file: str | None = None
-    connect_timeout_s: int = 10
-    # Notice a dead node within about a minute instead of waiting for TCP to give up.
-    server_alive_interval_s: int = 15
-    server_alive_count_max: int = 4
-    config_file: str | None = None
-    extra_options: tuple[str, ...] = ()
-
-    def option_args(self) -> list[str]:
-        """The options common to ssh and scp (both take -o/-i/-F; the port flag differs)."""
-        # --ssh-option first: ssh keeps the first value it obtains for each option (ssh_config(5),
-        # "For each parameter, the first obtained value will be used"; man.openbsd.org, checked
-        # 2026-11-25), so a user's StrictHostKeyChecking=yes or ConnectTimeout=30 wins over ours.
-        options = [
-            *self.extra_options,
-            "BatchMode=yes",
-            f"ConnectTimeout={self.connect_timeout_s}",
-            f"ServerAliveInterval={self.server_alive_interval_s}",
-            f"ServerAliveCountMax={self.server_alive_count_max}",
-            "StrictHostKeyChecking=accept-new",
-        ]
-        args = ["-F", self.config_file] if self.config_file else []
-        if self.identity_file:
-            args += ["-i", self.identity_file]
-            options.append("IdentitiesOnly=yes")
-        if self.user:
-            options.append(f"User={self.user}")
-        return args + [word for option in options for word in ("-o", option)]
-
-
-def ssh_argv(host: str, remote_command: str, options: SshOptions) -> list[str]:
-    """ssh HOST running one POSIX shell command line (whatever the login shell is)."""
-    argv = ["ssh", *options.option_args()]
-    if options.port is not None:
-        argv += ["-p", str(options.port)]
-    return [*argv, host, "--", f"sh -c {shlex.quote(remote_command)}"]
-
-
 def shell_command(
     argv: Sequence[str],
     env: Mapping[str, str] | None = None,
@@ -131,15 +86,45 @@ class Site(Protocol):
 
 @dataclass(frozen=True)
 class SshSite:
-    """--hosts: each node over ssh with `options`; a node that is this machine through sh."""
+    """--hosts: each node over ssh, a node that is this machine through sh. The defaults suit a
+    fleet: never prompt, fail fast, accept a new host's key once and refuse a changed one."""
 
-    options: SshOptions = SshOptions()
+    user: str | None = None
+    port: int | None = None
+    identity_file: str | None = None
+    connect_timeout_s: int = 10
+    # Notice a dead node within about a minute instead of waiting for TCP to give up.
+    server_alive_interval_s: int = 15
+    server_alive_count_max: int = 4
+    config_file: str | None = None
+    extra_options: tuple[str, ...] = ()
     how: str = "ssh"
 
     def argv(self, host: str, command: str) -> list[str]:
+        """ssh HOST running one POSIX shell command line (whatever the login shell is)."""
         if is_local_host(host):
             return ["sh", "-c", command]
-        return ssh_argv(host, command, self.options)
+        # --ssh-option first: ssh keeps the first value it obtains for each option (ssh_config(5),
+        # "For each parameter, the first obtained value will be used"; man.openbsd.org, checked
+        # 2026-11-25), so a user's StrictHostKeyChecking=yes or ConnectTimeout=30 wins over ours.
+        options = [
+            *self.extra_options,
+            "BatchMode=yes",
+            f"ConnectTimeout={self.connect_timeout_s}",
+            f"ServerAliveInterval={self.server_alive_interval_s}",
+            f"ServerAliveCountMax={self.server_alive_count_max}",
+            "StrictHostKeyChecking=accept-new",
+        ]
+        argv = ["ssh", *(["-F", self.config_file] if self.config_file else [])]
+        if self.identity_file:
+            argv += ["-i", self.identity_file]
+            options.append("IdentitiesOnly=yes")
+        if self.user:
+            options.append(f"User={self.user}")
+        argv += [word for option in options for word in ("-o", option)]
+        if self.port is not None:
+            argv += ["-p", str(self.port)]
+        return [*argv, host, "--", f"sh -c {shlex.quote(command)}"]
 
 
 # srun(1) of Slurm 22.05.8 (Debian 12's slurm-client, checked 2026-11-25): --jobid runs the
@@ -210,7 +195,7 @@ def site_for(
     if cluster.slurm:
         job_id, nodes = slurm_allocation(environ)
         return SlurmSite(job_id), nodes
-    return SshSite(ssh_options_for(cluster)), host_names(cluster.placement)
+    return ssh_site_for(cluster), host_names(cluster.placement)
 
 
 def run_on_host(
@@ -269,8 +254,8 @@ def last_line(text: str) -> str:
     return lines[-1] if lines else "(no output)"
 
 
-def ssh_options_for(cluster: ClusterConfig) -> SshOptions:
-    return SshOptions(
+def ssh_site_for(cluster: ClusterConfig) -> SshSite:
+    return SshSite(
         user=cluster.ssh_user,
         port=cluster.ssh_port,
         identity_file=cluster.ssh_identity_file,
@@ -279,11 +264,10 @@ def ssh_options_for(cluster: ClusterConfig) -> SshOptions:
     )
 
 
-def on_all(hosts: Sequence[str], fn: Callable[[str], T], max_workers: int = 16) -> dict[str, T]:
-    """fn(host) for every host in parallel; results keyed by host, in host order."""
-    if not hosts:
-        return {}
-    with concurrent.futures.ThreadPoolExecutor(max_workers=min(max_workers, len(hosts))) as pool:
+def on_all(hosts: Sequence[str], fn: Callable[[str], T]) -> dict[str, T]:
+    """fn(host) for every host in parallel (16 at most at once); results keyed by host, in host
+    order."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(16, len(hosts)))) as pool:
         futures = {host: pool.submit(fn, host) for host in hosts}
         return {host: futures[host].result() for host in hosts}
 
@@ -297,7 +281,7 @@ def check_reachable(hosts: Sequence[str], site: Site, timeout_s: float = 30) -> 
         return
     lines = [f"  {h}: {last_line(r.stderr or r.stdout)}" for h, r in failed.items()]
     if isinstance(site, SshSite):
-        port = f" -p {site.options.port}" if site.options.port else ""
+        port = f" -p {site.port}" if site.port else ""
         hint = (
             f"Check with: ssh{port} -o BatchMode=yes HOST true. Every node needs key-based ssh "
             "from the invoking node (playbooks/bench.yml sets it up)."
@@ -318,9 +302,9 @@ def remote_run_dir(tag: str, host: str) -> str:
 
 def fetch_dir(
     host: str, remote_dir: str, local_dir: Path, site: Site, timeout_s: float = 300
-) -> list[Path]:
+) -> None:
     """Copy remote_dir's contents from host into local_dir (a tar stream through the site; a
-    local copy for this machine). Returns the files now in local_dir that came from it."""
+    local copy for this machine)."""
     local_dir.mkdir(parents=True, exist_ok=True)
     if is_local_host(host):
         source = Path(remote_dir)
@@ -328,19 +312,16 @@ def fetch_dir(
             raise FetchError(f"{host}: no result directory {remote_dir}")
         if source.resolve() != local_dir.resolve():
             shutil.copytree(source, local_dir, dirs_exist_ok=True)
-        return sorted(p for p in local_dir.rglob("*") if p.is_file())
+        return
     argv = site.argv(host, shlex.join(["tar", "-C", remote_dir, "-cf", "-", "."]))
     with subprocess.Popen(
         argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL
     ) as proc:
         assert proc.stdout is not None and proc.stderr is not None
-        names, broken = [], ""
+        broken = ""
         try:
             with tarfile.open(fileobj=proc.stdout, mode="r|") as archive:
-                for member in archive:
-                    archive.extract(member, local_dir, filter="data")
-                    if member.isfile():
-                        names.append(local_dir / member.name)
+                archive.extractall(local_dir, filter="data")
             proc.wait(timeout=timeout_s)
         except tarfile.TarError as err:
             proc.kill()
@@ -352,7 +333,6 @@ def fetch_dir(
             stderr = text_of(proc.stderr.read())
             reason = last_line(stderr) if stderr.strip() or not broken else broken
             raise FetchError(f"{host}: cannot fetch {remote_dir}: {reason}")
-    return sorted(p.resolve() for p in names)
 
 
 def remove_remote_dir(host: str, remote_dir: str, site: Site, timeout_s: float = 60) -> None:

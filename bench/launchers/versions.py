@@ -4,7 +4,6 @@ NCCL, Horovod or driver versions is refused, naming which node has which."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 
 from bench.launcher_kinds import HOROVOD_PACKAGE, TENSORFLOW_PACKAGE, TORCH_PACKAGE, launcher_kind
 from bench.launchers import RemoteError
@@ -24,16 +23,6 @@ class VersionMismatchError(RemoteError):
     pass
 
 
-@dataclass(frozen=True)
-class Mismatch:
-    component: str
-    values: dict[str, list[str]]  # shown value -> hosts having it
-
-    def describe(self) -> str:
-        groups = "; ".join(f"{value} on {', '.join(hosts)}" for value, hosts in self.values.items())
-        return f"{COMPARED_COMPONENTS.get(self.component, self.component)}: {groups}"
-
-
 def components_for(launcher: str, gpu: bool) -> tuple[str, ...]:
     """What must match for a run: the packages the launcher imports (torch, Horovod,
     TensorFlow), and NCCL and the driver branch on GPU nodes."""
@@ -41,9 +30,11 @@ def components_for(launcher: str, gpu: bool) -> tuple[str, ...]:
     return (*components, "nccl", "driver_branch") if gpu else components
 
 
-def compare_versions(infos: Mapping[str, NodeInfo], components: Iterable[str]) -> list[Mismatch]:
-    """Components whose value differs between nodes (a missing one counts as a value), or that
-    no node has at all (the run needs every component it is compared on)."""
+def check_versions(infos: Mapping[str, NodeInfo], components: Iterable[str]) -> None:
+    """Raise VersionMismatchError naming each component whose value differs between nodes (a
+    missing one counts as a value), or that no node has at all (the run needs every component
+    it is compared on), and which nodes have which value; components_for() says which
+    components a run depends on."""
     mismatches = []
     for component in components:
         values: dict[str, list[str]] = {}
@@ -55,18 +46,12 @@ def compare_versions(infos: Mapping[str, NodeInfo], components: Iterable[str]) -
             values.setdefault(shown, []).append(host)
         missing_everywhere = all(getattr(i, component) is None for i in infos.values())
         if len(values) > 1 or (infos and missing_everywhere):
-            mismatches.append(Mismatch(component, values))
-    return mismatches
-
-
-def check_versions(infos: Mapping[str, NodeInfo], components: Iterable[str]) -> None:
-    """Raise VersionMismatchError naming each component and which nodes have which value;
-    components_for() says which components a run depends on."""
-    mismatches = compare_versions(infos, components)
+            groups = "; ".join(f"{v} on {', '.join(hosts)}" for v, hosts in values.items())
+            mismatches.append(f"  {COMPARED_COMPONENTS.get(component, component)}: {groups}")
     if mismatches:
         raise VersionMismatchError(
             "software differs between nodes (or is missing on all of them); refusing to launch "
             "a run whose numbers would mix versions:\n"
-            + "\n".join(f"  {m.describe()}" for m in mismatches)
+            + "\n".join(mismatches)
             + "\nRe-run the provisioning playbook (site.yml) on all nodes so they match."
         )

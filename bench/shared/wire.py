@@ -82,9 +82,6 @@ class RunReport:
     ranks: list[RankReport] = field(default_factory=list)  # every rank's (`send` adds them)
     timed_steps: int | None = None  # steps in the timed window (fills --timed-seconds)
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunReport:
         fields = dict(data)
@@ -105,7 +102,9 @@ def send(
     carries each report as a dict (TensorFlow's goes through JSON)."""
     reports = [RankReport(**r) for r in gather(dataclasses.asdict(report))]
     if first:
-        emit(result_id(run.run_id, slot), dataclasses.replace(run, ranks=reports).to_dict())
+        emit(
+            result_id(run.run_id, slot), dataclasses.asdict(dataclasses.replace(run, ranks=reports))
+        )
 
 
 def encode(run_id: str, payload: dict[str, Any], chunk_chars: int = CHUNK_CHARS) -> list[str]:

@@ -236,7 +236,7 @@ def test_the_row_records_the_knob_and_the_cores_the_ranks_ran_on() -> None:
         for r, cores in enumerate((4, 3))
     ]
     report = wire.RunReport(spec.run_id, "gloo", 2, 10, 16, ranks=ranks)
-    output = "\n".join(wire.encode(spec.run_id, report.to_dict()))
+    output = "\n".join(wire.encode(spec.run_id, dataclasses.asdict(report)))
     row = rows.run_row(spec, ExecResult(0, False, 1.0, output), "t0")
     assert isinstance(row, RunRow) and row.status == "ok"
     assert (row.cpu_affinity, row.cpu_cores_per_rank) == (True, 3)

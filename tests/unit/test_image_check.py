@@ -348,7 +348,7 @@ def check(argv: Sequence[str], docker: FakeDocker, env=None, hosts: int = 1):  #
     machines = [Machine(f"node{i}", docker, "/srv") for i in range(hosts)]
     infos = [json.loads(INFO[1])] * hosts
     errors: list[str] = []
-    image = check_image(IMAGE, config, env or cpu_machine(), machines, infos, errors)
+    image = check_image(IMAGE, config, machines, infos, errors)
     return image, errors
 
 
@@ -484,7 +484,7 @@ def test_nodes_must_hold_the_same_image() -> None:
     config = config_for(["--container", IMAGE], cpu_machine())
     errors: list[str] = []
     machines = [Machine("node1", run, "/srv"), Machine("node2", run, "/srv")]
-    assert check_image(IMAGE, config, cpu_machine(), machines, [{}, {}], errors) is None
+    assert check_image(IMAGE, config, machines, [{}, {}], errors) is None
     assert errors == [
         f"image {IMAGE} differs between nodes: {IMAGE_ID} on node1; sha256:{'ef' * 32} on node2"
     ]
@@ -505,21 +505,21 @@ def test_docker_itself_must_answer(monkeypatch) -> None:  # type: ignore[no-unty
         monkeypatch.setattr(docker, "run_here", fake)
         config = config_for(["--container", f"host,{IMAGE}"], cpu_machine())
         with pytest.raises(ConfigError, match="this machine: " + expected.split(" (")[0]):
-            docker.check_images(config, cpu_machine())
+            docker.check_images(config)
     # a host-only sweep asks Docker nothing
     monkeypatch.setattr(docker, "run_here", FakeDocker([]))
-    assert docker.check_images(config_for([], cpu_machine()), cpu_machine()).checked == {}
+    assert docker.check_images(config_for([], cpu_machine())).checked == {}
 
 
 def test_slurm_and_clashing_short_names_are_refused() -> None:
     config = config_for(["--container", "a/bench:1,b/bench:1"], cpu_machine())
     with pytest.raises(ConfigError, match="share the short name 'bench_1'"):
-        docker.check_images(config, cpu_machine())
+        docker.check_images(config)
     slurm = parse_request(["--slurm", "--nodes", "1", "--container", IMAGE])
     from bench.machine_defaults import resolve
 
     with pytest.raises(ConfigError, match="pyxis/enroot"):
-        docker.check_images(resolve(slurm, cpu_machine()), cpu_machine())
+        docker.check_images(resolve(slurm, cpu_machine()))
 
 
 def test_horovod_across_nodes_in_containers_is_unavailable() -> None:
@@ -527,9 +527,9 @@ def test_horovod_across_nodes_in_containers_is_unavailable() -> None:
     from bench.machine_defaults import resolve
 
     config = resolve(request, cpu_machine())
-    problem = docker.launcher_in_image(HOROVOD, {}, config, cpu_machine())
+    problem = docker.launcher_in_image(HOROVOD, {}, config)
     assert "needs sshd inside the containers" in problem
-    assert docker.launcher_in_image(DDP, {}, config, cpu_machine()) == ""
+    assert docker.launcher_in_image(DDP, {}, config) == ""
 
 
 def test_the_registry_digest_of_the_named_repository_is_preferred() -> None:
@@ -565,7 +565,7 @@ def test_rows_record_the_image_and_what_the_ranks_saw(tmp_path: Path) -> None:
             for r in range(2)
         ],
     )
-    output = "\n".join(wire.encode(runs[0].run_id, report.to_dict()))
+    output = "\n".join(wire.encode(runs[0].run_id, dataclasses.asdict(report)))
     row = row_of(runs[0], ExecResult(0, False, 3.0, output), "t")
     assert (row.status, row.container, row.container_digest) == ("ok", IMAGE, DIGEST)
     assert (row.rank_python, row.rank_torch) == ("/usr/bin/python3", "2.13.0+cpu")

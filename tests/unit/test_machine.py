@@ -16,7 +16,6 @@ from bench.launchers.sites import probe_json
 from bench.launchers.versions import (
     VersionMismatchError,
     check_versions,
-    compare_versions,
     components_for,
 )
 from bench.machine import HorovodStatus, NodeInfo
@@ -109,7 +108,6 @@ def test_unknown_survey_fields_are_ignored() -> None:
 
 def test_matching_nodes_pass() -> None:
     infos = {h: node(h, horovod="0.28.1") for h in ("a", "b", "c")}
-    assert compare_versions(infos, ["torch", "horovod"]) == []
     check_versions(infos, ["torch", "horovod"])
 
 
@@ -121,8 +119,6 @@ def test_mismatch_names_component_values_and_nodes() -> None:
         "gpu03": node("gpu03", torch="2.3.0", nccl=nccl, driver="535.161.08", driver_branch="535"),
     }
     gpu_ddp = components_for("ddp", gpu=True)
-    mismatches = compare_versions(infos, gpu_ddp)
-    assert [m.component for m in mismatches] == ["torch", "driver_branch"]
     with pytest.raises(VersionMismatchError) as err:
         check_versions(infos, gpu_ddp)
     message = str(err.value)

@@ -210,7 +210,7 @@ def test_one_row_per_gpu_of_the_fleet_each_from_its_own_output() -> None:
         )
         lines += [
             wire.slot_prefix(slot) + x
-            for x in wire.encode(f"{spec.run_id}.gpu{slot}", report.to_dict())
+            for x in wire.encode(f"{spec.run_id}.gpu{slot}", dataclasses.asdict(report))
         ]
     lines.append(wire.slot_prefix(2) + "RuntimeError: slot 2 failed (a test line)")
     lines.append(wire.slot_prefix(2) + "bench: GPU 0 exited with status 1")

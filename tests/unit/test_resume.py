@@ -121,9 +121,7 @@ def test_resume_runs_the_stop_script_on_every_host_of_the_sweep_first(
     saved.lock.release()
     script = stop_script(SWEEP_TAG_VAR, "sweep-h1", QUICK, describe=True)
     assert sorted(c[:2] for c in nodes.calls[:2]) == [("gpu01", script), ("gpu02", script)]
-    assert all(
-        c[2].options.port == 2222 and c[2].options.user == "u" for c in nodes.calls[:2]
-    )  # its ssh
+    assert all(c[2].port == 2222 and c[2].user == "u" for c in nodes.calls[:2])  # its ssh
     assert nodes.calls[2][:2] == ("this machine", f"{SWEEP_TAG_VAR}=sweep-h1")  # then here
     err = capsys.readouterr().err
     assert "gpu02: an earlier controller left processes of this sweep there:" in err

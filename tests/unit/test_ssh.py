@@ -33,7 +33,6 @@ from bench.launchers.sites import (
     REMOTE_SCRATCH,
     FetchError,
     HostUnreachableError,
-    SshOptions,
     SshSite,
     check_reachable,
     fetch_dir,
@@ -41,7 +40,6 @@ from bench.launchers.sites import (
     remove_remote_dir,
     run_on_host,
     shell_command,
-    ssh_argv,
 )
 from bench.launchers.stop import StopPolicy
 from bench.launchers.versions import VersionMismatchError
@@ -63,7 +61,7 @@ def node(host: str, **fields: object) -> NodeInfo:
 
 
 def test_ssh_never_prompts_and_fails_fast() -> None:
-    args = SshOptions().option_args()
+    args = SshSite().argv("node1", "true")
     pairs = {args[i + 1] for i, a in enumerate(args) if a == "-o"}
     assert {"BatchMode=yes", "ConnectTimeout=10", "StrictHostKeyChecking=accept-new"} <= pairs
     assert "ServerAliveInterval=15" in pairs and "ServerAliveCountMax=4" in pairs
@@ -71,7 +69,7 @@ def test_ssh_never_prompts_and_fails_fast() -> None:
 
 
 def test_ssh_options_for_a_fleet() -> None:
-    options = SshOptions(
+    site = SshSite(
         user="ubuntu",
         port=2222,
         identity_file="/k/id",
@@ -79,7 +77,7 @@ def test_ssh_options_for_a_fleet() -> None:
         config_file="/k/config",
         extra_options=("Ciphers=aes128-gcm@openssh.com",),
     )
-    argv = ssh_argv("node1", "echo hi", options)
+    argv = site.argv("node1", "echo hi")
     assert argv[:3] == ["ssh", "-F", "/k/config"]
     joined = " ".join(argv)
     for expected in (
@@ -97,8 +95,8 @@ def test_ssh_options_for_a_fleet() -> None:
 @pytest.mark.skipif(shutil.which("ssh") is None, reason="needs OpenSSH's client")
 def test_a_users_ssh_option_wins_over_the_bench_defaults() -> None:
     # ssh -G prints the configuration it would use, without connecting.
-    options = SshOptions(extra_options=("StrictHostKeyChecking=yes", "ConnectTimeout=30"))
-    argv = [*ssh_argv("node1", "true", options)[:-3], "-G", "node1"]
+    site = SshSite(extra_options=("StrictHostKeyChecking=yes", "ConnectTimeout=30"))
+    argv = [*site.argv("node1", "true")[:-3], "-G", "node1"]
     done = subprocess.run(argv, capture_output=True, text=True, check=True)
     effective = dict(line.split(" ", 1) for line in done.stdout.splitlines() if " " in line)
     assert effective["stricthostkeychecking"] == "true"  # what ssh -G prints for "yes"
@@ -117,7 +115,7 @@ def test_remote_command_survives_the_remote_shell_intact(tmp_path: Path) -> None
         '"q"',
     ]
     line = shell_command(argv, {"ODD": "x y;$(true)"}, str(tmp_path))
-    login_shell_input = ssh_argv("somehost", line, SshOptions())[-1]
+    login_shell_input = SshSite().argv("somehost", line)[-1]
     done = subprocess.run(["sh", "-c", login_shell_input], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == [
@@ -153,15 +151,15 @@ def _closed_loopback_port() -> int:
 
 
 def test_unreachable_hosts_are_named_with_ssh_reason() -> None:
-    options = SshOptions(port=_closed_loopback_port(), connect_timeout_s=5)
-    check_reachable(["localhost"], SshSite(options))  # this machine needs no ssh
+    site = SshSite(port=_closed_loopback_port(), connect_timeout_s=5)
+    check_reachable(["localhost"], site)  # this machine needs no ssh
     with pytest.raises(HostUnreachableError) as err:
-        check_reachable(["localhost", "127.0.0.2"], SshSite(options), timeout_s=20)
+        check_reachable(["localhost", "127.0.0.2"], site, timeout_s=20)
     message = str(err.value)
     assert "cannot reach 1 of 2 host(s)" in message
     assert "127.0.0.2: ssh: connect to host 127.0.0.2 port" in message
     assert "Connection refused" in message
-    assert f"ssh -p {options.port} -o BatchMode=yes HOST true" in message
+    assert f"ssh -p {site.port} -o BatchMode=yes HOST true" in message
 
 
 # ---------------------------------------------------------------- what each launch gets
@@ -453,7 +451,8 @@ def test_fetch_from_this_machine_and_scratch_guard(tmp_path: Path) -> None:
     (source / "sub").mkdir(parents=True)
     (source / "rank0.json").write_text("{}")
     (source / "sub" / "log.txt").write_text("x")
-    files = fetch_dir("localhost", str(source), tmp_path / "dest", SshSite())
+    fetch_dir("localhost", str(source), tmp_path / "dest", SshSite())
+    files = sorted(p for p in (tmp_path / "dest").rglob("*") if p.is_file())
     assert [p.relative_to(tmp_path / "dest").as_posix() for p in files] == [
         "rank0.json",
         "sub/log.txt",

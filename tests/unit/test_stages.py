@@ -47,7 +47,9 @@ class FakeLauncher:
         n = spec.world_size
         ranks = [wire.RankReport(r, r, "vm", "cpu", 1.0, [0.25] * 4, 0.0, 10**9) for r in range(n)]
         report = wire.RunReport(spec.run_id, "gloo", n, 4 * 10**6, spec.batch_per_gpu * 4, ranks)
-        return ExecResult(0, False, 2.0, "\n".join(wire.encode(spec.run_id, report.to_dict())))
+        return ExecResult(
+            0, False, 2.0, "\n".join(wire.encode(spec.run_id, dataclasses.asdict(report)))
+        )
 
 
 def prepare(argv: list[str], env: Environment) -> stages.Sweep:

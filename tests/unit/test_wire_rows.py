@@ -40,16 +40,18 @@ REPORT = wire.RunReport(
 
 
 def test_wire_round_trip_through_noisy_prefixed_output() -> None:
-    lines = wire.encode(REPORT.run_id, REPORT.to_dict(), chunk_chars=64)
+    lines = wire.encode(REPORT.run_id, dataclasses.asdict(REPORT), chunk_chars=64)
     assert len(lines) > 3
     noisy = ["[W socket.cpp:1] warning", *(f"[1,0]<stdout>:{line}" for line in lines), "bye"]
     noisy.insert(2, "NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC")
-    assert wire.decode(REPORT.run_id, "\n".join(noisy)) == json.loads(json.dumps(REPORT.to_dict()))
+    assert wire.decode(REPORT.run_id, "\n".join(noisy)) == json.loads(
+        json.dumps(dataclasses.asdict(REPORT))
+    )
     assert wire.RunReport.from_dict(wire.decode(REPORT.run_id, "\n".join(noisy))) == REPORT
 
 
 def test_wire_detects_missing_chunks_and_other_runs() -> None:
-    lines = wire.encode(REPORT.run_id, REPORT.to_dict(), chunk_chars=64)
+    lines = wire.encode(REPORT.run_id, dataclasses.asdict(REPORT), chunk_chars=64)
     assert wire.decode(REPORT.run_id, "\n".join(lines[:-1])) is None
     assert wire.decode("another-run", "\n".join(lines)) is None
     assert wire.decode(REPORT.run_id, "no result here") is None
@@ -133,7 +135,7 @@ def test_tf_rows_describe_how_its_replicas_reduce() -> None:
             )
         ],
     )
-    output = "\n".join(wire.encode(two.run_id, report.to_dict()))
+    output = "\n".join(wire.encode(two.run_id, dataclasses.asdict(report)))
     row = rows.run_row(two, result(0, output), "t0")
     assert row.interconnect == "in-process (TensorFlow over 2 CPU devices)"
     assert (row.rank_tensorflow, row.rank_torch) == ("2.21.0", "")
@@ -156,7 +158,7 @@ def test_dataparallel_row_counts_the_gpus_its_one_process_drives() -> None:
     )
     m = rows.measurements(report, dp)
     assert m["throughput"] == pytest.approx(24.0) and m["throughput_per_gpu"] == pytest.approx(12)
-    output = "\n".join(wire.encode(dp.run_id, report.to_dict()))
+    output = "\n".join(wire.encode(dp.run_id, dataclasses.asdict(report)))
     row = rows.run_row(dp, result(0, output), "t0")
     assert row.interconnect == "in-process (DataParallel over 2 GPUs)" and row.gpus == 2
 
@@ -235,7 +237,7 @@ def spec_for_two_ranks():  # type: ignore[no-untyped-def]
 
 def test_ok_row_from_a_finished_launch() -> None:
     spec = spec_for_two_ranks()
-    report = {**REPORT.to_dict(), "run_id": spec.run_id}
+    report = {**dataclasses.asdict(REPORT), "run_id": spec.run_id}
     output = "\n".join(["starting", *wire.encode(spec.run_id, report), "done"])
     row = rows.run_row(spec, result(0, output), "t0")
     assert row.status == "ok" and row.error == ""

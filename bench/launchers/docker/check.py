@@ -24,7 +24,7 @@ from bench.config import BenchConfig, refuse
 from bench.launcher_kinds import LauncherKind, launcher_kind
 from bench.launchers.docker import CheckedImage, DockerWrapper, container_name
 from bench.launchers.sites import Site, last_line, on_all, run_here, run_on_host, site_for
-from bench.machine import Environment, HorovodStatus, survey_records
+from bench.machine import HorovodStatus, survey_records
 from bench.paths import REPO_ROOT
 from bench.spec import NO_CONTAINER, container_label
 
@@ -194,9 +194,7 @@ def torch_problems(reference: str, facts: Mapping[str, Any], config: BenchConfig
     ]
 
 
-def launcher_in_image(
-    kind: LauncherKind, facts: Mapping[str, Any], config: BenchConfig, env: Environment
-) -> str:
+def launcher_in_image(kind: LauncherKind, facts: Mapping[str, Any], config: BenchConfig) -> str:
     """Why a launcher cannot run in the image, or "" if it can."""
     # (a launcher that cannot span nodes is refused with --hosts before: bench.admission)
     if config.cluster is not None and kind.multi_node and kind.ssh_to_other_nodes:
@@ -232,7 +230,6 @@ def _refusals(config: BenchConfig, references: Sequence[str]) -> list[str]:
 def check_image(
     reference: str,
     config: BenchConfig,
-    env: Environment,
     machines: Sequence[Machine],
     infos: Sequence[Mapping[str, Any]],
     errors: list[str],
@@ -260,7 +257,7 @@ def check_image(
     errors.extend(torch_problems(reference, facts, config))
     unavailable = {}
     for kind in kinds:
-        problem = launcher_in_image(kind, facts, config, env)
+        problem = launcher_in_image(kind, facts, config)
         if problem and config.launchers_explicit:
             errors.append(f"--launchers {kind.name} in image {reference}: {problem}")
         elif problem:
@@ -277,7 +274,7 @@ def check_image(
     )
 
 
-def check_images(config: BenchConfig, env: Environment) -> DockerWrapper:
+def check_images(config: BenchConfig) -> DockerWrapper:
     """Every --container image checked (see the module docstring), by the name given, as the
     sweep's wrapper; raises ConfigError listing every problem. A host-only sweep asks Docker
     nothing."""
@@ -295,7 +292,7 @@ def check_images(config: BenchConfig, env: Environment) -> DockerWrapper:
     answers = [docker_info(m) for m in machines]
     refuse([why for _, why in answers if why])
     infos, errors = [info for info, _ in answers], []
-    checked = {r: check_image(r, config, env, machines, infos, errors) for r in references}
+    checked = {r: check_image(r, config, machines, infos, errors) for r in references}
     refuse(errors)
     return wrapper_for({r: i for r, i in checked.items() if i is not None}, config)
 
