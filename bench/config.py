@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -153,10 +154,8 @@ class BenchConfig(ImageKnobs):
 
     def variants(self) -> list[Variant]:
         """Every combination of the swept axes, the first axis outermost."""
-        combos: list[dict[str, Any]] = [{}]
-        for name, values in self.axes.items():
-            combos = [{**c, name: v} for c in combos for v in values]
-        return [Variant(**c) for c in combos]
+        combos = itertools.product(*self.axes.values())
+        return [Variant(**dict(zip(self.axes, combo, strict=True))) for combo in combos]
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -30,7 +30,6 @@ ROW = re.compile(
 @dataclass(frozen=True)
 class NcclTestsResult:
     busbw_gbps: float | None
-    algbw_gbps: float | None
     note: str  # the command that ran, or why there is no figure
 
 
@@ -45,8 +44,7 @@ def find_binary(asked: str = "", prefix: Path = ROLE_PREFIX) -> Path | None:
         path = Path(asked)
         path = path / BINARY if path.is_dir() else path
         return path if path.is_file() else None
-    on_path = shutil.which(BINARY)
-    if on_path:
+    if on_path := shutil.which(BINARY):
         return Path(on_path)
     installed = [p for p in prefix.glob(f"*/bin/{BINARY}") if p.is_file()]
     return max(installed, key=_version_key) if installed else None
@@ -59,14 +57,12 @@ def argv(binary: Path, nbytes: int, gpus: int, iterations: int) -> list[str]:
     return [str(binary), *flags.split()]
 
 
-def parse(output: str, nbytes: int) -> tuple[float, float] | None:
-    """(algbw, busbw) in GB/s of the out-of-place result at `nbytes` (nccl-tests' own GB/s:
+def parse(output: str, nbytes: int) -> float | None:
+    """The bus bandwidth in GB/s of the out-of-place result at `nbytes` (nccl-tests' own GB/s:
     1e9 bytes); None when that row is missing or reports wrong results."""
     for row in ROW.finditer(output):
         if int(row["size"]) == nbytes - nbytes % 4:
-            if row["wrong"] not in ("0", "N/A"):
-                return None
-            return float(row["algbw"]), float(row["busbw"])
+            return float(row["busbw"]) if row["wrong"] in ("0", "N/A") else None
     return None
 
 
@@ -76,9 +72,9 @@ def measure(
     command = argv(binary, nbytes, gpus, iterations)
     shown = " ".join(command)
     done = run_here(command, timeout_s)
-    figures = parse(done.stdout, nbytes) if done.returncode == 0 else None
-    if figures is None:
+    busbw = parse(done.stdout, nbytes) if done.returncode == 0 else None
+    if busbw is None:
         lines = (done.stderr or done.stdout).strip().splitlines()
         reason = lines[-1] if lines else "no result at that size"
-        return NcclTestsResult(None, None, f"{shown} (exit {done.returncode}): {reason}")
-    return NcclTestsResult(figures[1], figures[0], shown)
+        return NcclTestsResult(None, f"{shown} (exit {done.returncode}): {reason}")
+    return NcclTestsResult(busbw, shown)

@@ -41,14 +41,6 @@ from bench.schema import (
     to_json_records,
 )
 
-__all__ = [
-    "RETRIED_ON_RESUME",
-    "ResultStore",
-    "StoreError",
-    "atomic_write_bytes",
-    "write_views",
-]
-
 DAMAGED_SUFFIX = ".damaged"
 # Rows a resumed sweep runs again: cut short, or not launched because the launcher was missing
 # (it may have been installed since). Every other status is a finished row.
@@ -267,9 +259,8 @@ class ResultStore:
             for p in sorted(self.paths.logs.glob(f"*{suffix}"))
         }
 
-    def drop_retried(self) -> int:
-        """Remove the rows a resume runs again (see RETRIED_ON_RESUME); returns how many."""
+    def drop_retried(self) -> None:
+        """Remove the rows a resume runs again (see RETRIED_ON_RESUME)."""
         rows = self.runs.rows()
         self.runs.held = {r.run_id: r for r in rows if r.status not in RETRIED_ON_RESUME}
         self.save()
-        return len(rows) - len(self.runs.held)

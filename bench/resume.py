@@ -34,12 +34,13 @@ from bench.sweep_lock import LockHeld, SweepLock, acquire
 
 @dataclass
 class Saved:
-    """A sweep to continue: its configuration, its store, its metadata and the lock held."""
+    """A sweep's configuration, store and metadata, and its lock once its directory is ours: a
+    sweep to continue holds it from the start (a fresh one from bench.stages.execute_sweep)."""
 
     config: BenchConfig
     store: ResultStore
     meta: dict[str, Any]
-    lock: SweepLock
+    lock: SweepLock | None = None
 
 
 def say(directory: Path, line: str) -> None:

@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
 from tqdm import tqdm
 
@@ -42,16 +41,13 @@ from bench.resume import Saved
 from bench.schema import ProbeRow, Status
 from bench.shared import models
 from bench.spec import ProbeSpec, RunSpec
-from bench.sweep_lock import SweepLock, acquire
+from bench.sweep_lock import acquire
 
 
 @dataclass
-class Sweep:
-    """One sweep as its stages fill it in: configuration and store, then its plan."""
+class Sweep(Saved):
+    """One sweep as its stages fill it in: what a saved sweep holds, then its plan."""
 
-    config: BenchConfig
-    store: ResultStore
-    meta: dict[str, Any]
     runs: list[RunSpec] = field(default_factory=list)
     probes: list[ProbeSpec] = field(default_factory=list)
     unavailable: dict[str, str] = field(default_factory=dict)  # launcher -> why it cannot run
@@ -59,7 +55,6 @@ class Sweep:
     wrapper: DockerWrapper = field(default_factory=DockerWrapper)
     # What runs each launch: this machine, or the nodes (--hosts over ssh, --slurm srun steps).
     launcher: Launcher = field(default_factory=LocalLauncher)
-    lock: SweepLock | None = None  # held from the directory's creation (or --resume) to the end
 
 
 def unavailable_reason(sweep: Sweep, spec: RunSpec) -> str:
@@ -81,31 +76,22 @@ def connect(cluster: ClusterConfig | None) -> ClusterLauncher | None:
     return nodes
 
 
-def fresh_sweep(request: Request, env: Environment) -> Sweep:
-    """A new sweep under --out, named by time and host; its directory is claimed (claim) once the
-    sweep is admitted."""
-    config = resolve(request, env)
-    sweep_id = f"{datetime.now():%Y%m%d-%H%M%S}-{socket.gethostname()}"
-    store = ResultStore(Path(config.out_root) / sweep_id)
+def fresh_sweep(request: Request, env: Environment, config: BenchConfig) -> Sweep:
+    """A new sweep under --out, named by time and host, once it is admitted. mkdir either creates
+    its directory or fails, so two sweeps started in the same second get two (the second named
+    with -2)."""
+    base = f"{datetime.now():%Y%m%d-%H%M%S}-{socket.gethostname()}"
+    for suffix in itertools.count(1):
+        sweep_id = base if suffix == 1 else f"{base}-{suffix}"
+        with contextlib.suppress(FileExistsError):
+            (Path(config.out_root) / sweep_id).mkdir(parents=True)
+            break
     meta = {
         "sweep_id": sweep_id,
         "config": config.to_dict(),
         "defaults_chosen": chosen_defaults(request, env),  # why, for the report
     }
-    return Sweep(config, store, meta)
-
-
-def claim(sweep: Sweep) -> None:
-    """Create the fresh sweep's directory: mkdir either creates it or fails, so two sweeps started
-    in the same second get two (the second named with -2)."""
-    base = sweep.meta["sweep_id"]
-    for suffix in itertools.count(1):
-        sweep_id = base if suffix == 1 else f"{base}-{suffix}"
-        with contextlib.suppress(FileExistsError):
-            (Path(sweep.config.out_root) / sweep_id).mkdir(parents=True)
-            break
-    sweep.meta["sweep_id"] = sweep_id
-    sweep.store = ResultStore(Path(sweep.config.out_root) / sweep_id)
+    return Sweep(config, ResultStore(Path(config.out_root) / sweep_id), meta)
 
 
 def choose_launcher(sweep: Sweep, nodes: ClusterLauncher | None) -> Launcher:
@@ -140,19 +126,18 @@ def prepare(request: Request, env: Environment, saved: Saved | None = None) -> S
         nodes = connect(saved.config.cluster if saved else request.cluster)
         if nodes is not None:
             env = nodes.environment(env)  # what the nodes have decides, not this machine
+        config = saved.config if saved else resolve(request, env)
+        admitted = admission.admit(config, env, models.available_models(), nodes)
         if saved is not None:
-            sweep = Sweep(saved.config, saved.store, saved.meta, lock=saved.lock)
+            sweep = Sweep(saved.config, saved.store, saved.meta, saved.lock)
         else:
-            sweep = fresh_sweep(request, env)
-        admitted = admission.admit(sweep.config, env, models.available_models(), nodes)
+            sweep = fresh_sweep(request, env, config)
         sweep.unavailable, sweep.wrapper = admitted.unavailable, admitted.wrapper
         sweep.launcher = choose_launcher(sweep, nodes)
-        if sweep.lock is None:  # a fresh sweep: its directory, once it is admitted
-            claim(sweep)
         plan_runs_and_probes(sweep, env)
         return sweep
     except BaseException:
-        if saved is not None:
+        if saved is not None and saved.lock is not None:
             saved.lock.release()
         raise
 

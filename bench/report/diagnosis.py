@@ -32,9 +32,9 @@ THRESHOLDS_TEXT = (
 )
 
 
-def loader_sentence(p: ScalingPoint, rows: Sequence[RunRow]) -> str:
+def loader_sentence(p: ScalingPoint) -> str:
     """Real data: what the loader delivers alone against what the model consumed, per GPU."""
-    rates = [r.loader_throughput_per_gpu for r in rows if r.loader_throughput_per_gpu]
+    rates = [r.loader_throughput_per_gpu for r in p.rows if r.loader_throughput_per_gpu]
     if not rates or math.isnan(p.throughput_per_gpu):
         return ""
     delivers = stats.mean(rates)
@@ -51,19 +51,14 @@ def loader_sentence(p: ScalingPoint, rows: Sequence[RunRow]) -> str:
     else:
         verdict = f"{ratio}: input does not limit it"
     return (
-        f"the {rows[0].loader} loader alone delivers {num(delivers, 0)} img/s per GPU (slowest "
+        f"the {p.rows[0].loader} loader alone delivers {num(delivers, 0)} img/s per GPU (slowest "
         f"rank), the model consumed {num(p.throughput_per_gpu, 0)}: {verdict}"
     )
 
 
-def loader_section(points: Sequence[ScalingPoint], runs: Sequence[RunRow]) -> list[str]:
+def loader_section(points: Sequence[ScalingPoint]) -> list[str]:
     """Real data: one line per configuration, the loader's own rate beside the model's."""
-    lines = []
-    for p in points:
-        sentence = loader_sentence(p, p.rows)
-        if sentence:
-            lines.append(f"- {label(p)}: {sentence}.")
-    return lines
+    return [f"- {label(p)}: {sentence}." for p in points if (sentence := loader_sentence(p))]
 
 
 def label(p: ScalingPoint) -> str:
@@ -126,10 +121,10 @@ def _communication(p: ScalingPoint, imbalance: float) -> list[str]:
     ]
 
 
-def _measured_causes(p: ScalingPoint, rows: Sequence[RunRow]) -> tuple[list[str], float]:
+def _measured_causes(p: ScalingPoint) -> tuple[list[str], float]:
     notes = []
-    imbalance = stats.mean([r.rank_imbalance for r in rows if r.rank_imbalance is not None])
-    loader = loader_sentence(p, rows)
+    imbalance = stats.mean([r.rank_imbalance for r in p.rows if r.rank_imbalance is not None])
+    loader = loader_sentence(p)
     if p.data_wait_fraction > DATA_WAIT_THRESHOLD:
         notes.append(
             f"{label(p)}: input-bound: {pct(p.data_wait_fraction)} of the timed window was "
@@ -143,21 +138,21 @@ def _measured_causes(p: ScalingPoint, rows: Sequence[RunRow]) -> tuple[list[str]
             "fastest, and every step waits for it."
         )
     throttled = sorted(
-        {t for r in rows for t in r.throttle_reasons.split(",") if t in SLOWDOWN_REASONS}
+        {t for r in p.rows for t in r.throttle_reasons.split(",") if t in SLOWDOWN_REASONS}
     )
     if throttled:
         notes.append(f"{label(p)}: GPU clocks were held down ({', '.join(throttled)}).")
     return notes, imbalance
 
 
-def observations(points: Sequence[ScalingPoint], runs: Sequence[RunRow]) -> list[str]:
+def observations(points: Sequence[ScalingPoint]) -> list[str]:
     """Reasons the scaling is not linear, each derived from the rows and the probe."""
     notes = []
     bases = {(p.launcher, p.variant): p for p in points if p.gpus == 1}
     for p in points:
         if p.gpus == 1 or math.isnan(p.efficiency):
             continue
-        causes, imbalance = _measured_causes(p, p.rows)
+        causes, imbalance = _measured_causes(p)
         notes += _resources(p, bases.get((p.launcher, p.variant)))
         notes += _communication(p, imbalance)
         notes += causes

@@ -148,9 +148,9 @@ def markdown(
     lines += ["![throughput](throughput.png)", "", "![efficiency](efficiency.png)", ""]
     flags = bullets(sanity_flags(points, runs, dataset_size, claim), "None raised.")
     lines += section("Sanity checks", [THRESHOLDS_TEXT, "", *flags])
-    lines += section("Why not linear?", bullets(observations(points, runs), "Nothing stands out."))
-    lines += section("Input pipeline (real data)", loader_section(points, runs))
-    lines += section("Training-side knobs", effects_section(points, runs))
+    lines += section("Why not linear?", bullets(observations(points), "Nothing stands out."))
+    lines += section("Input pipeline (real data)", loader_section(points))
+    lines += section("Training-side knobs", effects_section(points))
     lines += section("Launchers side by side", launcher_comparison(points))
     lines += section("Host and containers", container_section(points, meta))
     probe = probe_table(probes) if probes else ["No probe (single rank, or --no-probe)."]

@@ -38,21 +38,17 @@ class Effect(NamedTuple):
     base: str  # the configuration's label with the knob at its default
     value: Any  # the knob's value
     point: ScalingPoint
-    good: list[RunRow]
 
 
-def effect_table(knob: str, points: Sequence[ScalingPoint], runs: Sequence[RunRow]) -> list[str]:
+def effect_table(knob: str, points: Sequence[ScalingPoint]) -> list[str]:
     """One row per configuration, grouped so each knob value sits beside the others."""
-    default = next(f.default for f in dataclasses.fields(Variant) if f.name == knob)
+    defaults = {f.name: f.default for f in dataclasses.fields(Variant)}
     entries: list[Effect] = []
     for p in points:
-        good = p.rows
-        if not good:
-            continue
-        # the Variant the rows ran, from their knob columns
-        variant = Variant(**{f.name: getattr(good[0], f.name) for f in dataclasses.fields(Variant)})
-        base = dataclasses.replace(variant, **{knob: default}).label
-        entries.append(Effect(p.launcher, p.nodes, p.gpus, base, getattr(variant, knob), p, good))
+        if p.rows:  # the Variant the rows ran, from their knob columns
+            variant = Variant(**{name: getattr(p.rows[0], name) for name in defaults})
+            base = dataclasses.replace(variant, **{knob: defaults[knob]}).label
+            entries.append(Effect(p.launcher, p.nodes, p.gpus, base, getattr(variant, knob), p))
     if len({e.value for e in entries}) < 2:
         return []
     spec = dict(knobs(Variant))[knob]
@@ -67,17 +63,17 @@ def effect_table(knob: str, points: Sequence[ScalingPoint], runs: Sequence[RunRo
         ("efficiency vs ideal", lambda e: pct(e.point.efficiency)),
         (
             "allreduce MB per image (mean)",
-            lambda e: num(_mean(e.good, "allreduce_mb_per_image"), 3),
+            lambda e: num(_mean(e.point.rows, "allreduce_mb_per_image"), 3),
         ),
-        ("peak memory GB (mean)", lambda e: num(_mean(e.good, "peak_memory_gb"), 2)),
+        ("peak memory GB (mean)", lambda e: num(_mean(e.point.rows, "peak_memory_gb"), 2)),
     ]
     return column_table(columns, sorted(entries, key=lambda e: e[:5]))
 
 
-def effects_section(points: Sequence[ScalingPoint], runs: Sequence[RunRow]) -> list[str]:
+def effects_section(points: Sequence[ScalingPoint]) -> list[str]:
     lines: list[str] = []
     for knob, title in EFFECT_KNOBS.items():
-        rows = effect_table(knob, points, runs)
+        rows = effect_table(knob, points)
         if rows:
             lines += ["", f"### {title.capitalize()}", "", *rows]
     if not lines:

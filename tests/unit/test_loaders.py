@@ -718,20 +718,20 @@ def test_report_sets_the_loader_rate_beside_the_model_and_marks_the_epoch_source
         ]
 
     starved = rows(60.0)
-    (line,) = loader_section(summarise(starved, []), starved)
+    (line,) = loader_section(summarise(starved, []))
     assert "the torch loader alone delivers 60 img/s per GPU" in line
     assert "the model consumed 64: the loader is the bottleneck" in line
     fed = rows(128.0)
-    (line,) = loader_section(summarise(fed, []), fed)
+    (line,) = loader_section(summarise(fed, []))
     assert "the model consumed 64: 2.0x that: input does not limit it" in line
     # Fast alone, yet the steps waited for data: the two competed for the GPU (nvjpeg on the
     # H100, docs/results/2026-11-26-h100), and the report must not call input harmless.
     shared = [replace(r, data_wait_fraction=0.41) for r in rows(128.0)]
-    (line,) = loader_section(summarise(shared, []), shared)
+    (line,) = loader_section(summarise(shared, []))
     assert "2.0x that alone, yet it fell behind while training" in line
     assert "does not limit" not in line
     synthetic = [run_row()]
-    assert loader_section(summarise(synthetic, []), synthetic) == []
+    assert loader_section(summarise(synthetic, [])) == []
     points = summarise(fed, [])
     assert (
         "measured on real images from /data/train" in epoch_section(points, 1, (), "/data/train")[0]

@@ -31,7 +31,7 @@ OUTPUT = """\
 
 
 def test_reads_the_out_of_place_figures_at_the_probe_size() -> None:
-    assert nccl_tests.parse(OUTPUT, 100_000_000) == (125.0, 125.0)
+    assert nccl_tests.parse(OUTPUT, 100_000_000) == 125.0
     assert nccl_tests.parse(OUTPUT, 8) is None  # no row at that size
     wrong = OUTPUT.replace("125.00      0    790.0", "125.00      3    790.0")
     assert nccl_tests.parse(wrong, 100_000_000) is None  # wrong results are no figure

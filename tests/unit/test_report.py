@@ -230,7 +230,7 @@ def test_cpu_report_explains_shared_cores_from_the_rows() -> None:
 
 def test_efficiency_above_the_allreduce_bound_says_the_bound_is_off() -> None:
     # 100 ms of allreduce on 250 ms of compute allows 71.4 %, yet 93.8 % was measured
-    notes = diagnosis.observations(report.summarise(SHARED, [probe(2, 1.02228128)]), SHARED)
+    notes = diagnosis.observations(report.summarise(SHARED, [probe(2, 1.02228128)]))
     assert any("93.8 % is above the allreduce ceiling" in n for n in notes)
 
 
@@ -238,7 +238,7 @@ def test_unexplained_gap_is_called_unexplained() -> None:
     rows = [dataclasses.replace(r, device="cuda") for r in DDP_ROWS[:3]] + [
         run_row(gpus=2, device="cuda", global_batch=16, throughput=t) for t in (120.0, 121.0)
     ]
-    notes = diagnosis.observations(report.summarise(rows, [probe(2, 100.0)]), rows)
+    notes = diagnosis.observations(report.summarise(rows, [probe(2, 100.0)]))
     assert len(notes) == 1
     assert "unexplained by what this sweep records" in notes[0]
     assert "data wait 0.0 %, rank imbalance 0.0 %" in notes[0]
@@ -255,7 +255,7 @@ def test_measured_causes() -> None:
             throttle_reasons="gpu_idle,sw_power_cap",
         )
     ]
-    notes = diagnosis.observations(report.summarise([*base, *starved], []), [*base, *starved])
+    notes = diagnosis.observations(report.summarise([*base, *starved], []))
     text = "\n".join(notes)
     assert "no allreduce probe was measured" in text
     assert "input-bound: 20.0 %" in text
@@ -387,7 +387,7 @@ def test_efficiency_above_the_ideal_is_not_blamed_on_communication() -> None:
     rows = [run_row(throughput=t, step_time_median_s=6.5) for t in (0.9, 1.9)] + [
         run_row(gpus=2, global_batch=16, threads_per_rank=1, throughput=t) for t in (12.0, 18.0)
     ]
-    notes = diagnosis.observations(report.summarise(rows, [probe(2, 0.51)]), rows)
+    notes = diagnosis.observations(report.summarise(rows, [probe(2, 0.51)]))
     assert any("is above the ideal, which no allreduce can explain" in n for n in notes)
     assert not any("allreduce ceiling" in n for n in notes)
     table = "\n".join(report.scaling_table(report.summarise(rows, [])))

@@ -110,7 +110,7 @@ def test_resume_bookkeeping(tmp_path: Path) -> None:
     store.runs.append(with_status(run_row(run_id="d"), "unavailable", "no horovodrun"))
     store.runs.append(with_status(run_row(run_id="e"), "timeout"))
     assert store.runs.finished_ids() == {"a", "b", "e"}
-    assert store.drop_retried() == 2
+    store.drop_retried()
     assert [r.run_id for r in store.runs.rows()] == ["a", "b", "e"]
     assert [r.run_id for r in ResultStore(tmp_path).runs.rows()] == ["a", "b", "e"]
 
