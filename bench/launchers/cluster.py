@@ -39,7 +39,7 @@ from bench.launchers import (
 )
 from bench.launchers.argv import NodeCommand, Tools, node_argv, rendezvous_endpoint
 from bench.launchers.docker import DockerWrapper, InImage, Unwrapped
-from bench.launchers.multinode import MultiNodeResult, run_on_nodes
+from bench.launchers.multinode import run_on_nodes
 from bench.launchers.sites import (
     FetchError,
     HostUnreachableError,
@@ -273,45 +273,28 @@ class ClusterLauncher:
             workdir=self.cluster.remote_workdir,
             policy=self.policy,
         )
-        problems = []  # a dead node cannot hand its rank logs over
+        # every node's output under its command line, then what went wrong and what was cleaned
+        parts = [
+            f"$ [{command.host}] {shlex.join(command.argv)}\n{outcome.output()}"
+            for command, outcome in zip(commands, result.outcomes, strict=True)
+        ]
+        parts += [f"bench: {line}\n" for line in result.failure_summary().splitlines()]
+        parts += [f"bench: cleanup on {h}: {what}\n" for h, what in result.cleanup.items()]
         for host, log_dir in self.rank_log_dirs(launch, tag).items():
             try:
                 fetch_dir(host, log_dir, node_dir / host, self.site, timeout_s=120)
-            except FetchError as err:
-                problems.append(f"rank logs not fetched: {err}")
+            except FetchError as err:  # a dead node cannot hand its rank logs over
+                parts.append(f"bench: rank logs not fetched: {err}\n")
             remove_remote_dir(host, log_dir, self.site)
-        output = _combined_output(commands, result, problems)
+        output = "".join(parts)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         log_path.write_text(output)
+        failed = [o.returncode for o in result.outcomes if o.returncode not in (0, None)]
         return ExecResult(
-            _returncode(result),
+            None if result.timed_out else 0 if result.ok else next(iter(failed), 1),
             result.timed_out,
             result.wall_s,
             output,
             environ=self.interfaces_seen(launch.placement),
             hosts=format_hosts(launch.placement),
         )
-
-
-def _combined_output(
-    commands: Sequence[NodeCommand], result: MultiNodeResult, problems: Sequence[str]
-) -> str:
-    """Every node's output under its command line, then what went wrong and what was cleaned."""
-    parts = []
-    for command, outcome in zip(commands, result.outcomes, strict=True):
-        parts.append(f"$ [{command.host}] {shlex.join(command.argv)}\n{outcome.output()}")
-    summary = result.failure_summary()
-    if summary:
-        parts.append("".join(f"bench: {line}\n" for line in summary.splitlines()))
-    parts += [f"bench: cleanup on {h}: {what}\n" for h, what in result.cleanup.items()]
-    parts += [f"bench: {problem}\n" for problem in problems]
-    return "".join(parts)
-
-
-def _returncode(result: MultiNodeResult) -> int | None:
-    if result.timed_out:
-        return None
-    if result.ok:
-        return 0
-    failed = [o.returncode for o in result.outcomes if o.returncode not in (0, None)]
-    return failed[0] if failed else 1

@@ -94,8 +94,10 @@ def _start(
     workdir: str | None,
     remote_timeout_s: float,
     policy: StopPolicy,
-) -> list[tuple[subprocess.Popen, NodeOutcome]]:
-    started = []
+    started: list[tuple[subprocess.Popen, NodeOutcome]],
+) -> None:
+    """Start each node's command, each added to `started` once it runs: when a start fails
+    part-way, the caller still holds the nodes started before it, to stop them."""
     for index, command in enumerate(commands):
         log_path = SweepPaths.node_log(log_dir, index, command.host)
         with log_path.open("wb") as log:
@@ -109,7 +111,6 @@ def _start(
                 start_new_session=True,
             )
         started.append((proc, NodeOutcome(command.host, None, log_path)))
-    return started
 
 
 def _wait(
@@ -172,7 +173,7 @@ def run_on_nodes(
     procs: list[tuple[subprocess.Popen, NodeOutcome]] = []
     cleanup: dict[str, str] = {}
     try:
-        procs = _start(commands, site, tag, log_dir, workdir, remote_timeout, policy)
+        _start(commands, site, tag, log_dir, workdir, remote_timeout, policy, procs)
         _wait(procs, started + timeout_s, failure_grace_s, poll_s)
     finally:
         leftovers = [(p, o) for p, o in procs if p.poll() is None]

@@ -90,20 +90,14 @@ def stop_tree(proc: subprocess.Popen, policy: StopPolicy = STOP) -> None:
     _wait_gone(survivors, policy.grace_s)
 
 
-def tagged_processes(tag_var: str, tag: str) -> list[psutil.Process]:
-    """Local processes (but this one) whose environment has tag_var=tag exactly."""
-    found = []
+def stop_tagged(tag_var: str, tag: str, policy: StopPolicy = STOP) -> list[int]:
+    """Stop every local process (but this one) whose environment has tag_var=tag exactly: the
+    first signal, up to the grace period, the last signal. Returns the pids it found."""
+    procs = []
     for proc in psutil.process_iter():
         with contextlib.suppress(psutil.Error):
             if proc.pid != os.getpid() and proc.environ().get(tag_var) == tag:
-                found.append(proc)
-    return found
-
-
-def stop_tagged(tag_var: str, tag: str, policy: StopPolicy = STOP) -> list[int]:
-    """Stop every local process tagged tag_var=tag: the first signal, up to the grace period,
-    the last signal. Returns the pids it found."""
-    procs = tagged_processes(tag_var, tag)
+                procs.append(proc)
     _signal_all(procs, policy.first)
     _signal_all(_wait_gone(procs, policy.grace_s), policy.last)
     return [proc.pid for proc in procs]

@@ -148,18 +148,14 @@ class GpuSampler:
             getattr(pynvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None),
         )
 
-        def sample() -> Sample:
-            return Sample(
-                sm_clock_mhz=pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),
-                power_w=pynvml.nvmlDeviceGetPowerUsage(handle) / 1000.0,
-                temperature_c=pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU),
-                reasons_mask=int(reasons(handle)) if reasons else 0,
-            )
-
         def sample_forever() -> None:
             while not self._stop.is_set():
                 with contextlib.suppress(pynvml.NVMLError):
-                    self._samples.append(sample())
+                    clock = pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)
+                    power = pynvml.nvmlDeviceGetPowerUsage(handle) / 1000.0
+                    heat = pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU)
+                    mask = int(reasons(handle)) if reasons else 0
+                    self._samples.append(Sample(clock, power, heat, mask))
                 self._stop.wait(self._interval_s)
 
         self._thread = threading.Thread(target=sample_forever, name="gpu-sampler", daemon=True)

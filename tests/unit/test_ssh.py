@@ -398,6 +398,47 @@ def test_a_failing_node_stops_the_others(tmp_path: Path) -> None:
     assert (tmp_path / "node0-localhost.log").read_text() == "RuntimeError: node died\n"
 
 
+def test_a_start_that_fails_part_way_stops_the_nodes_started(tmp_path: Path) -> None:
+    pidfile = tmp_path / "first.pid"
+
+    class SecondNodeCannotStart:
+        how = "ssh"
+
+        def argv(self, host: str, command: str) -> list[str]:
+            if host == "localhost":
+                return SshSite().argv(host, command)
+            deadline = time.monotonic() + 30  # the first node runs before the second starts
+            while not pidfile.exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            return [str(tmp_path / "no-such-launcher")]
+
+    commands = [
+        NodeCommand(
+            "localhost",
+            ("sh", "-c", f"echo $$ > {pidfile}.tmp; mv {pidfile}.tmp {pidfile}; exec sleep 300"),
+        ),
+        NodeCommand("node2", ("true",)),
+    ]
+    with pytest.raises(FileNotFoundError):
+        run_on_nodes(
+            commands,
+            SecondNodeCannotStart(),
+            tag="gsb-unit-start",
+            timeout_s=60,
+            log_dir=tmp_path,
+            policy=QUICK,
+        )
+    first = int(pidfile.read_text())
+    try:
+        deadline = time.monotonic() + 10
+        while _alive(first) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(first)
+    finally:
+        if _alive(first):  # left running: the failure above says so
+            os.kill(first, signal.SIGKILL)
+
+
 def test_an_overrunning_run_times_out_on_every_node(tmp_path: Path) -> None:
     commands = [NodeCommand("localhost", ("sleep", "300"), {"X": "1"})]
     result = run_on_nodes(

@@ -209,24 +209,6 @@ def launcher_in_image(kind: LauncherKind, facts: Mapping[str, Any], config: Benc
     return HorovodStatus(bool(available), version or "", nccl, reason or "").problem(config.device)
 
 
-def _refusals(config: BenchConfig, references: Sequence[str]) -> list[str]:
-    errors = []
-    if config.cluster is not None and config.cluster.slurm:
-        errors.append(
-            "--container with --slurm: Slurm runs containers through pyxis/enroot "
-            "(srun --container-image), which this bench does not drive; use --hosts, or the host"
-        )
-    labels: dict[str, str] = {}
-    for reference in references:
-        other = labels.setdefault(container_label(reference), reference)
-        if other != reference:
-            errors.append(
-                f"--container {other} and {reference} share the short name "
-                f"{container_label(reference)!r} that run ids use: tag one differently"
-            )
-    return errors
-
-
 def check_image(
     reference: str,
     config: BenchConfig,
@@ -281,7 +263,21 @@ def check_images(config: BenchConfig) -> DockerWrapper:
     references = [c for c in config.axes.get("container", ()) if c != NO_CONTAINER]
     if not references:
         return wrapper_for({}, config)
-    refuse(_refusals(config, references))
+    errors = []
+    if config.cluster is not None and config.cluster.slurm:
+        errors.append(
+            "--container with --slurm: Slurm runs containers through pyxis/enroot "
+            "(srun --container-image), which this bench does not drive; use --hosts, or the host"
+        )
+    labels: dict[str, str] = {}
+    for reference in references:
+        other = labels.setdefault(container_label(reference), reference)
+        if other != reference:
+            errors.append(
+                f"--container {other} and {reference} share the short name "
+                f"{container_label(reference)!r} that run ids use: tag one differently"
+            )
+    refuse(errors)
     # this machine, or every --hosts node (each over ssh, with its own bench checkout)
     if config.cluster is None:
         machines = [Machine("this machine", run_here, str(REPO_ROOT))]
