@@ -104,7 +104,7 @@ def minimal_loop(args: argparse.Namespace) -> None:
         from bench.rank.engines import ddp_options
 
         # DDP's knobs at the bench's defaults, as the harness runs (harness_spec)
-        options = ddp_options(harness_spec(args, 0).workload)
+        options = ddp_options(vars(harness_spec(args, 0).workload))
         model = DistributedDataParallel(model, device_ids=[local_rank] if cuda else None, **options)
     if args.compile == "on":
         import torch._dynamo

@@ -89,15 +89,15 @@ def one_variant(setup: Setup, batch: int, args: argparse.Namespace) -> dict:
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", "29577")
         dist.init_process_group("nccl" if cuda else "gloo", rank=0, world_size=1)
-        from bench.rank.engines import ddp_keywords
+        from bench.rank.engines import ddp_options
         from bench.spec import Workload, knobs
 
-        declared = dict(knobs(Workload))  # what a variant does not set: the bench's defaults
-        options = ddp_keywords(
-            bucket_cap_mb=declared["bucket_cap_mb"].default,
-            static_graph=declared["static_graph"].default,
-            gradient_as_bucket_view=setup.bucket_view,
-            broadcast_buffers=not setup.no_broadcast,
+        options = ddp_options(
+            {name: k.default for name, k in knobs(Workload)}  # what a variant does not set
+            | {
+                "gradient_as_bucket_view": setup.bucket_view,
+                "broadcast_buffers": not setup.no_broadcast,
+            }
         )
         model = DistributedDataParallel(model, device_ids=[0] if cuda else None, **options)
         torch._dynamo.config.optimize_ddp = False  # one graph, as the bench compiles DDP

@@ -12,6 +12,7 @@ from __future__ import annotations
 import inspect
 import os
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
@@ -119,7 +120,7 @@ class DdpEngine(Engine):
         ddp = DistributedDataParallel(
             model,
             device_ids=[self._info.local_rank] if self._info.device.type == "cuda" else None,
-            **ddp_options(self.load),
+            **ddp_options(vars(self.load)),
         )
         if self.load.fp16_allreduce:
             ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
@@ -264,39 +265,21 @@ class DataParallelEngine(IndependentEngine):
         raise ValueError("torch.compile is not applied under nn.DataParallel")
 
 
-def ddp_options(load: Workload) -> dict[str, Any]:
-    """DistributedDataParallel's keyword arguments for the workload's DDP knobs (the bench's
-    DDP engine and benchmarks/overhead.py's plain loop)."""
-    return ddp_keywords(
-        bucket_cap_mb=load.bucket_cap_mb,
-        static_graph=load.static_graph,
-        gradient_as_bucket_view=load.gradient_as_bucket_view,
-        broadcast_buffers=load.broadcast_buffers,
-    )
+DDP_KNOBS = ("bucket_cap_mb", "static_graph", "gradient_as_bucket_view", "broadcast_buffers")
 
 
-def ddp_keywords(
-    *,
-    bucket_cap_mb: float,
-    static_graph: bool,
-    gradient_as_bucket_view: bool,
-    broadcast_buffers: bool,
-) -> dict[str, Any]:
-    """The same, from the values (benchmarks/step_variants.py sets them per variant)."""
+def ddp_options(values: Mapping[str, Any]) -> dict[str, Any]:
+    """DistributedDataParallel's keyword arguments for the DDP knobs in `values`, a workload's
+    fields by name (the DDP engine, benchmarks/overhead.py; benchmarks/step_variants.py sets
+    them per variant): each knob is named after the DDP argument it sets."""
     from torch.nn.parallel import DistributedDataParallel
 
+    options = {name: values[name] for name in DDP_KNOBS}
     # torch 2.13 renamed broadcast_buffers (per-forward buffer sync) to forward_sync_buffers
     # and warns on the old name; older releases only know the old one.
-    parameters = inspect.signature(DistributedDataParallel.__init__).parameters
-    buffers = (
-        "forward_sync_buffers" if "forward_sync_buffers" in parameters else "broadcast_buffers"
-    )
-    return {
-        "bucket_cap_mb": bucket_cap_mb,
-        "static_graph": static_graph,
-        "gradient_as_bucket_view": gradient_as_bucket_view,
-        buffers: broadcast_buffers,
-    }
+    if "forward_sync_buffers" in inspect.signature(DistributedDataParallel.__init__).parameters:
+        options["forward_sync_buffers"] = options.pop("broadcast_buffers")
+    return options
 
 
 def optimizer_state_tensors(optimizer: torch.optim.Optimizer) -> dict[str, torch.Tensor]:

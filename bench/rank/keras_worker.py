@@ -204,27 +204,6 @@ def finish(strategy: tf.distribute.Strategy, output: Any) -> None:
         value.numpy()
 
 
-def timed_window(
-    strategy: tf.distribute.Strategy,
-    train_step: Callable[[Any, Any], Any],
-    batches: Iterator,
-    steps: int,
-) -> tuple[float, list[float], float]:
-    """(window seconds, per-step seconds, seconds waiting for data) of `steps` steps. Step
-    boundaries are host times (on GPUs the host may run ahead by the steps TensorFlow queues);
-    the window ends when the last step has finished on every device."""
-    marks, data_wait, output = [time.perf_counter()], 0.0, None
-    for _ in range(steps):
-        before = time.perf_counter()
-        images, labels = next(batches)
-        data_wait += time.perf_counter() - before
-        output = train_step(images, labels)
-        marks.append(time.perf_counter())
-    finish(strategy, output)
-    marks[-1] = time.perf_counter()
-    return marks[-1] - marks[0], [b - a for a, b in itertools.pairwise(marks)], data_wait
-
-
 class Ranks:
     """gather and barrier over the worker processes, through the strategy's own collectives:
     each worker's JSON bytes in its row of a float32 matrix that one all-reduce sums."""
@@ -279,19 +258,32 @@ def peak_memory_bytes(place: Place) -> int:
 
 @dataclasses.dataclass
 class Training:
-    """What a worker trains with: its strategy and place, the step, its input and the model."""
+    """What a worker trains with: its strategy and place, the step, its input, and the bytes of
+    the gradients its step reduces."""
 
     strategy: tf.distribute.Strategy
     place: Place
     train_step: Callable[[Any, Any], Any]
     batches: Iterator
-    model: keras.Model
+    gradient_bytes: int
 
     def one_step(self) -> None:
         finish(self.strategy, self.train_step(*next(self.batches)))
 
     def window(self, steps: int) -> tuple[float, list[float], float]:
-        return timed_window(self.strategy, self.train_step, self.batches, steps)
+        """(window seconds, per-step seconds, seconds waiting for data) of `steps` steps. Step
+        boundaries are host times (on GPUs the host may run ahead by the steps TensorFlow
+        queues); the window ends when the last step has finished on every device."""
+        marks, data_wait, output = [time.perf_counter()], 0.0, None
+        for _ in range(steps):
+            before = time.perf_counter()
+            images, labels = next(self.batches)
+            data_wait += time.perf_counter() - before
+            output = self.train_step(images, labels)
+            marks.append(time.perf_counter())
+        finish(self.strategy, output)
+        marks[-1] = time.perf_counter()
+        return marks[-1] - marks[0], [b - a for a, b in itertools.pairwise(marks)], data_wait
 
 
 def set_up(spec: RunSpec, index: int, workers: int) -> Training:
@@ -313,19 +305,9 @@ def set_up(spec: RunSpec, index: int, workers: int) -> Training:
         batches = synthetic_input(strategy, spec, place)
     else:
         batches = folder_input(strategy, spec)
-    return Training(strategy, place, train_step, batches, model)
-
-
-def settle(spec: RunSpec, training: Training, ranks: Ranks) -> tuple[float | None, int, int]:
-    """bench.rank.timing.settle, as the torch rank (each step waits for its replicas): (compile
-    seconds or None, steps run before the window, steps to time)."""
-    return timing.settle(
-        training.one_step,
-        lambda steps: training.window(steps)[1],
-        ranks.gather,
-        spec.workload,
-        spec.variant.compile,  # XLA compiles on the first step
-    )
+    variables = model.trainable_variables
+    gradient_bytes = sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in variables)
+    return Training(strategy, place, train_step, batches, gradient_bytes)
 
 
 def measured_window(
@@ -365,7 +347,13 @@ def main(argv: list[str] | None = None) -> int:
     training = set_up(spec, index, workers)
     place = training.place
     ranks = Ranks(training.strategy, place)
-    compile_s, warmup_steps, timed_steps = settle(spec, training, ranks)
+    compile_s, warmup_steps, timed_steps = timing.settle(  # as the torch rank's
+        training.one_step,  # waits for every replica
+        lambda steps: training.window(steps)[1],
+        ranks.gather,
+        spec.workload,
+        spec.variant.compile,  # XLA compiles on the first step
+    )
     faults.trigger(faults.fault_for(index))
     window, step_s, data_wait, telemetry = measured_window(training, ranks, timed_steps)
     images_per_step = spec.batch_per_gpu * place.replicas
@@ -402,10 +390,7 @@ def main(argv: list[str] | None = None) -> int:
         run_id=spec.run_id,
         backend=place.backend,
         world_size=workers,  # processes: images_per_rank x world_size = all images
-        gradient_bytes=sum(
-            int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize
-            for v in training.model.trainable_variables
-        ),
+        gradient_bytes=training.gradient_bytes,
         images_per_rank=images_per_step * timed_steps,
         timed_steps=timed_steps,
     )

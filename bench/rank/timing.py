@@ -1,11 +1,11 @@
 """How long a run warms up and how many steps it times: framework-free, so the PyTorch rank
 (bench.rank.worker) and the TensorFlow rank (bench.rank.keras_worker) follow the same rules.
 
-Warm-up runs `min_steps` untimed steps, then, when a settle time is given, windows of about a
+Warm-up runs --warmup-steps untimed steps, then, with --timed-seconds, windows of about a
 second until two consecutive windows' median step times agree within STEADY_TOLERANCE on every
-rank (or the settle time has passed); the timed window then lasts --timed-seconds at the
+rank (or --timed-seconds has passed); the timed window then lasts --timed-seconds at the
 slowest rank's step time, never fewer steps than --steps. A compiling first step (torch.compile,
-XLA) is timed on its own before the warm-up (`settle`).
+XLA) is timed on its own and counts as a warm-up step (`settle`).
 """
 
 from __future__ import annotations
@@ -40,37 +40,6 @@ def timed_steps_for(seconds: float | None, step_s: float | None, minimum: int) -
     return max(minimum, math.ceil(seconds / step_s))
 
 
-def warm_up(
-    step: Callable[[], None],
-    window: Callable[[int], list[float]],
-    gather: Callable[[Any], list[Any]],
-    min_steps: int,
-    settle_s: float | None,
-) -> tuple[int, float | None]:
-    """Untimed steps (`step()` runs one): `min_steps`, then, when `settle_s` is given, windows
-    (`window(n)` runs n steps and returns their times) until steady on every rank or `settle_s`
-    seconds have passed. Every rank takes the same decisions (`gather` collects every rank's
-    verdict), so collectives stay matched. Returns (steps run, the slowest rank's latest median
-    step time, or None when no window was timed)."""
-    for _ in range(min_steps):
-        step()
-    if settle_s is None:
-        return min_steps, None
-    steps, window_steps, previous = min_steps, MIN_WINDOW_STEPS, None
-    deadline = time.perf_counter() + settle_s
-    while True:
-        step_s = window(window_steps)
-        steps += window_steps
-        median = statistics.median(step_s)
-        verdicts = gather((is_steady(previous, median), median, time.perf_counter() > deadline))
-        estimate = max(m for _, m, _ in verdicts)
-        # rank 0's clock decides for all, so every rank stops after the same window
-        if all(ok for ok, _, _ in verdicts) or verdicts[0][2]:
-            return steps, estimate
-        previous = median
-        window_steps = max(MIN_WINDOW_STEPS, math.ceil(SETTLE_WINDOW_S / estimate))
-
-
 def settle(
     step: Callable[[], None],
     window: Callable[[int], list[float]],
@@ -80,27 +49,36 @@ def settle(
     finish: Callable[[], None] = lambda: None,
     phase: Callable[[str], AbstractContextManager[Any]] = lambda _: nullcontext(),
 ) -> tuple[float | None, int, int]:
-    """The untimed start of a run: when `compiles`, the first step (`step()` then `finish()`,
-    which waits for it on the device) timed on its own; then `warm_up` until steady. `phase(name)`
+    """The untimed start of a run, as above: `step()` runs one step, `finish()` waits for it on
+    the device, `window(n)` runs n steps and returns their times, `gather` collects every rank's
+    verdict (every rank takes the same decisions, so collectives stay matched), `phase(name)`
     marks the "compile" and "warm-up" parts (NVTX ranges on a GPU). Returns (compile seconds or
     None, steps run before the window, steps to time)."""
-    compile_s = None
+    compile_s: float | None = None
+    estimate: float | None = None  # the slowest rank's latest median step time
     if compiles:
         start = time.perf_counter()
         with phase("compile"):
             step()
             finish()
         compile_s = time.perf_counter() - start
+    steps = max(load.warmup_steps, int(compiles))
     with phase("warm-up"):
-        steps, estimate = warm_up(
-            step,
-            window,
-            gather,
-            max(0, load.warmup_steps - bool(compile_s)),
-            load.timed_seconds or None,
-        )
-    timed_steps = timed_steps_for(load.timed_seconds, estimate, load.timed_steps)
-    return compile_s, steps + bool(compile_s), timed_steps
+        for _ in range(steps - compiles):
+            step()
+        deadline = time.perf_counter() + load.timed_seconds
+        window_steps, previous = MIN_WINDOW_STEPS, None
+        while load.timed_seconds:  # 0: --warmup-steps alone
+            median = statistics.median(window(window_steps))
+            steps += window_steps
+            verdicts = gather((is_steady(previous, median), median, time.perf_counter() > deadline))
+            estimate = max(m for _, m, _ in verdicts)
+            # rank 0's clock decides for all, so every rank stops after the same window
+            if all(ok for ok, _, _ in verdicts) or verdicts[0][2]:
+                break
+            previous = median
+            window_steps = max(MIN_WINDOW_STEPS, math.ceil(SETTLE_WINDOW_S / estimate))
+    return compile_s, steps, timed_steps_for(load.timed_seconds, estimate, load.timed_steps)
 
 
 def loader_rate(
