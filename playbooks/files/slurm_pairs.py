@@ -13,7 +13,7 @@ step, SLURM_GPUS_ON_NODE; else 1), the pair's first node the master at port P + 
 other rounds it goes on to its next pair, whose partner meets it at that round's port. Each task
 writes what its runs printed to DIR/pair-runs/<node>.json; DIR must be on a filesystem every node
 sees. Task 0 waits for every node's file (at most --timeout seconds after its own rounds), judges
-the pairs as acceptance.yml does (pair_verdicts: slow below --slow-fraction of the fleet's
+the pairs as acceptance.yml does (pair_verdicts: slow more than --slow-fraction below the fleet's
 reference pair, or by the 95 % Student-t interval against --min-busbw-gbs; a node whose every pair
 is slow is named) and writes DIR/pairs.json in acceptance.yml's format. Its exit status is 0 when
 no pair is slow, failed or inconclusive, else 1; 2 for a bad option or a step this cannot run in,
