@@ -433,7 +433,7 @@ def test_the_pci_bus_is_read_in_one_place():
         "playbooks/verify.yml",
         "roles/gpu_prereqs/tasks/detect.yml",
         "roles/horovod/tasks/probe.yml",
-        "roles/nvidia_driver/tasks/detect.yml",
+        "roles/nvidia_driver/tasks/main.yml",
     ]
 
 
