@@ -431,9 +431,9 @@ def test_the_pci_bus_is_read_in_one_place():
     assert sorted(includes) == [
         "playbooks/bench.yml",
         "playbooks/verify.yml",
-        "roles/gpu_prereqs/tasks/detect.yml",
+        "roles/gpu_prereqs/tasks/main.yml",
         "roles/horovod/tasks/probe.yml",
-        "roles/nvidia_driver/tasks/detect.yml",
+        "roles/nvidia_driver/tasks/main.yml",
     ]
 
 
