@@ -77,7 +77,7 @@ def bench_env(root: Path) -> Path:
     """A venv for playbooks/bench.yml to install the bench's wheel into; its Python.
 
     It sees this interpreter's packages (torch, pandas, pip, ...) through a site directory, the
-    way a python_env environment has them from packages.yml; the bench comes only from the wheel
+    way a python_env environment has them from its pip installs; the bench comes only from the wheel
     the playbook installs in it. (This .venv has the bench in editable mode, which the playbook
     leaves alone.)"""
     base = Path(sys.base_prefix) / "bin" / f"python{sys.version_info[0]}.{sys.version_info[1]}"
