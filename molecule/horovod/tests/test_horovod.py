@@ -308,3 +308,15 @@ def test_nvbandwidth_built_from_the_checksummed_tarball(host):
     testcases = json.loads(out)["nvbandwidth"]["testcases"]
     assert [t["name"] for t in testcases] == names
     assert {t["status"] for t in testcases} == {"Waived"}
+
+
+def test_check_mode_on_the_provisioned_host_fails_nothing_and_would_change_nothing(
+    host, playbook, scenario_dir
+):
+    """`--check` on a host the roles already provisioned, as an operator asks what a run would
+    change. python_env's interpreter read and import check, and horovod's `--check-build`, are
+    commands that check mode skips: their asserts used to read no output and fail the play."""
+    name = host.backend.get_hostname()
+    run = playbook(scenario_dir / "converge.yml", limit=name, args=["--check"], timeout=900)
+    assert run.rc == 0 and not run.failures, (run.failures, run.stderr[-3000:])
+    assert run.stats[name]["changed"] == 0, run.stdout[-3000:]
